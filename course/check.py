@@ -1,0 +1,147 @@
+"""The friendly check runner behind ``pixi run sNN``: pytest, reported for learners.
+
+    python -m course.check 4                      # step 04 on your steps/
+    python -m course.check all                    # every step, in order
+    python -m course.check 4 --target solutions   # the finished code
+
+It runs the step's pytest checks (``pytest -m step04 --target steps``) with a
+plugin that prints one ✓/✗ line per check, the reason for each ✗ in plain
+words, and a verdict. The exit code is pytest's: 0 when every check passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from rich.markup import escape
+
+from course.outline import OUTLINE, ROOT, STEPS, available, marker
+
+console = Console(highlight=False, soft_wrap=True)
+
+
+class Report:
+    """A pytest plugin that prints for learners instead of pytest's own terminal output."""
+
+    def __init__(self, label: str, command: str):
+        self.label, self.command = label, command
+        self.passed = self.failed = 0
+        self.problems: list[str] = []
+        self.started = time.perf_counter()
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.problems.append(f"the checks in {report.nodeid} could not load: {report.longreprtext.strip()}")
+
+    def pytest_collection_finish(self, session):
+        if not session.items and not self.problems:
+            self.problems.append("no checks were selected")
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" and report.passed:
+            self.passed += 1
+            delta = dict(report.user_properties).get("max_delta")
+            extra = f", max |Δ| {delta:.1e}" if delta is not None else ""
+            console.print(f"[green]✓[/] {escape(report.course_title)} [dim]({report.duration:.1f} s{extra})[/]")
+        elif report.failed:
+            self.failed += 1
+            reason = getattr(report, "course_reason", None) or report.longreprtext.strip().splitlines()[-1]
+            console.print(f"[red]✗[/] {escape(report.course_title)}")
+            console.print(f"  [red]{escape(reason)}[/]")
+        elif report.skipped and report.when != "teardown":
+            reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            console.print(f"[yellow]-[/] {escape(report.course_title)} [yellow](skipped: {escape(reason)})[/]")
+
+    def pytest_internalerror(self, excrepr):
+        self.problems.append(f"internal error in the checks: {str(excrepr).strip().splitlines()[-1]}")
+        return True
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        for problem in self.problems:
+            console.print(f"[red]✗ {escape(problem)}[/]")
+        seconds = time.perf_counter() - self.started
+        total = self.passed + self.failed
+        if self.failed == 0 and not self.problems and total:
+            console.print(f"[bold green]{self.label}: all {total} checks pass[/] [dim]({seconds:.1f} s)[/]")
+        elif total:
+            console.print(
+                f"[bold red]{self.label}: {self.failed} of {total} checks fail.[/] "
+                f"Fix the first ✗ above, then run `{self.command}` again. [dim]({seconds:.1f} s)[/]"
+            )
+        else:
+            console.print(f"[bold red]{self.label}: no check ran.[/]")
+
+
+class _CompileNotice(logging.Handler):
+    """Turns MAX's 'compiled … on the fly' warnings into one friendly line each."""
+
+    def emit(self, record):
+        args = record.args if isinstance(record.args, tuple) else ()
+        if len(args) >= 2:
+            console.print(f"  [dim]MAX compiled a kernel ({args[0]}) in {args[1]:.0f} s; it is cached from now on[/]")
+
+
+def _cache_is_cold() -> bool:
+    return not (Path.home() / ".cache" / "modular" / ".mogg_cache").exists()
+
+
+def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> int:
+    label = f"Step {numbers[0]:02d}" if len(numbers) == 1 else "Steps " + ", ".join(f"{n:02d}" for n in numbers)
+    command = f"pixi run s{numbers[0]:02d}" if len(numbers) == 1 else "pixi run check-all"
+    title = OUTLINE[numbers[0]] if len(numbers) == 1 else "all available steps"
+    console.print(f"[bold]{label} · {title}[/] [dim](checking {target}/)[/]")
+    if _cache_is_cold():
+        console.print(
+            "[yellow]First run on this machine: MAX compiles the kernels it needs (2-4 minutes, once).[/]"
+        )
+    notice = _CompileNotice()
+    logging.getLogger("max._eager_policy").addHandler(notice)
+    args = [
+        str(ROOT / "tests"),
+        "-m",
+        " or ".join(marker(n) for n in numbers),
+        "--target",
+        target,
+        "--steps-dir",
+        str(steps_dir),
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "ignore",
+        *extra,
+    ]
+    return int(pytest.main(args, plugins=[Report(label, command)]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course.check", description=__doc__.split("\n")[0])
+    parser.add_argument("step", help="a step number (4 or 04), or 'all'")
+    parser.add_argument("--target", choices=("steps", "solutions"), default="steps")
+    parser.add_argument("--steps-dir", type=Path, default=STEPS, help="the folder --target steps reads")
+    args, extra = parser.parse_known_args(argv)
+    if args.step == "all":
+        numbers = available()
+    else:
+        try:
+            number = int(args.step)
+        except ValueError:
+            parser.error(f"step must be a number from 1 to {len(OUTLINE)}, or 'all'")
+        if number not in OUTLINE:
+            parser.error(f"step must be a number from 1 to {len(OUTLINE)}, or 'all'")
+        if number not in available():
+            console.print(f"Step {number:02d} ({OUTLINE[number]}) is not in the course yet.")
+            return 0
+        numbers = [number]
+    return run(numbers, args.target, args.steps_dir.resolve(), extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The course outline, and where each step's files live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+STEPS = ROOT / "steps"
+
+OUTLINE = {
+    1: "model configuration",
+    2: "causal mask",
+    3: "layer normalization",
+    4: "feed-forward network (MLP)",
+    5: "token embeddings",
+    6: "position embeddings",
+    7: "multi-head attention",
+    8: "residual connections",
+    9: "transformer block",
+    10: "stacking blocks (model body)",
+    11: "language-model head",
+    12: "tokenization",
+    13: "text generation",
+    14: "pretrained weights",
+    15: "KV cache",
+}
+
+
+def marker(number: int) -> str:
+    """The pytest marker that selects a step's checks: ``step04``."""
+    return f"step{number:02d}"
+
+
+def step_path(number: int, root: Path = SOLUTIONS) -> Path | None:
+    """The step's file under ``root`` (``step_04_mlp.py``), or None if it has none yet."""
+    found = sorted(root.glob(f"step_{number:02d}_*.py"))
+    return found[0] if found else None
+
+
+def available() -> list[int]:
+    """The steps that have a solution, in order."""
+    return [n for n in OUTLINE if step_path(n) is not None]

@@ -1,0 +1,64 @@
+# Your file for step 01: fill in its TODOs, then run `pixi run s01`.
+# (Rendered from solutions/step_01_config.py by `python -m course.render`.)
+"""Step 01 · Model configuration.
+
+Every GPT-2, from the 124M "small" model to the 1.5B "XL", is the same network
+with different sizes. A config object names those sizes once, so that every
+later step reads ``config.n_embd`` instead of a bare 768.
+
+The field names are the ones in Hugging Face's ``config.json`` for GPT-2, so a
+pretrained checkpoint's config loads straight into this class (step 14).
+
+Check this step with ``pixi run s01``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass
+class GPT2Config:
+    """The hyperparameters of GPT-2; the defaults are GPT-2 small (124M)."""
+
+    # TODO 1: Declare GPT-2 small's sizes as dataclass fields with default values:
+    #   vocab_size   how many distinct tokens the tokenizer can produce
+    #   n_positions  the longest sequence the model can attend over (its context)
+    #   n_embd       the width of every token's vector (the residual stream)
+    #   n_layer      how many transformer blocks are stacked
+    #   n_head       how many attention heads share each block's n_embd
+    # Hint: GPT-2's byte-level BPE has 256 byte tokens, 50,000 learned merges and one
+    #   <|endoftext|> token. The paper's smallest model is 12 layers of width 768 with
+    #   64-wide heads, reading up to 1024 tokens.
+    pass
+
+    # These three are given: the MLP's width (None means 4 * n_embd), the small
+    # constant that keeps layer norm from dividing by zero, and the activation's
+    # name in Hugging Face's config ("gelu_new" is GELU's tanh approximation).
+    n_inner: int | None = None
+    layer_norm_epsilon: float = 1e-5
+    activation_function: str = "gelu_new"
+
+    def __post_init__(self):
+        # TODO 2: Raise a ValueError when n_embd does not split evenly into n_head heads.
+        # Hint: say which numbers disagree; a learner who mistypes a size reads this.
+        pass
+
+    @property
+    def inner_dim(self) -> int:
+        """The MLP's hidden width: n_inner when set, else four times n_embd."""
+        # TODO 3: Return n_inner, or 4 * n_embd when n_inner is None.
+        return None
+
+    @property
+    def head_dim(self) -> int:
+        """The width of one attention head."""
+        # TODO 4: Return the width of one head.
+        return None
+
+    @classmethod
+    def from_hf(cls, hf_config) -> GPT2Config:
+        """Builds a config from a ``transformers.GPT2Config`` (or anything with the same attributes)."""
+        # TODO 5: Copy every field of this dataclass from the attribute of the same name.
+        # Hint: dataclasses.fields(cls) lists the fields; getattr reads an attribute by name.
+        return None

@@ -1,0 +1,87 @@
+"""pytest setup for the course checks.
+
+* ``-m stepNN`` selects one step's checks (one marker per step, see pyproject.toml).
+* ``--target solutions`` (the default) checks ``solutions/``; ``--target steps`` checks
+  the learner's ``steps/`` (``--steps-dir`` points it at another folder).
+* Each report carries a plain title, a plain reason when it fails, and the worst
+  mismatch it measured; ``course.check`` prints those for learners.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from course import runtime
+from course.hints import explain_exception
+from course.outline import OUTLINE, SOLUTIONS, STEPS, marker
+
+import harness
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("course")
+    group.addoption(
+        "--target",
+        choices=("solutions", "steps"),
+        default="solutions",
+        help="which code the checks grade: the finished solutions/ (default) or your steps/",
+    )
+    group.addoption(
+        "--steps-dir",
+        type=Path,
+        default=STEPS,
+        help="the folder --target steps reads (default: steps/)",
+    )
+
+
+def pytest_configure(config):
+    for number, title in OUTLINE.items():
+        config.addinivalue_line("markers", f"{marker(number)}: step {number:02d}, {title}")
+    # Earlier steps always come from the solutions (see harness.load_step).
+    if str(SOLUTIONS) not in sys.path:
+        sys.path.insert(0, str(SOLUTIONS))
+    runtime.setup()  # before any MAX op: see course/runtime.py
+
+
+def _step_number(node) -> int | None:
+    for number in OUTLINE:
+        if node.get_closest_marker(marker(number)):
+            return number
+    return None
+
+
+@pytest.fixture
+def step(request):
+    """The module under test for this check's step, from --target."""
+    number = _step_number(request.node)
+    assert number is not None, f"{request.node.nodeid} has no stepNN marker"
+    config = request.config
+    return harness.load_step(number, config.getoption("target"), config.getoption("steps_dir").resolve())
+
+
+@pytest.fixture(autouse=True)
+def _measure():
+    harness.measured.clear()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    doc = getattr(item, "function", None).__doc__ if hasattr(item, "function") else None
+    title = (doc or item.name).strip().splitlines()[0]
+    callspec = getattr(item, "callspec", None)
+    report.course_title = f"{title} [{callspec.id}]" if callspec else title
+    if report.when == "call" and report.passed and harness.measured:
+        report.user_properties.append(("max_delta", max(harness.measured)))
+    if report.failed and call.excinfo is not None:
+        error = call.excinfo.value
+        if isinstance(error, pytest.fail.Exception):
+            report.course_reason = str(error)
+        else:
+            module = item.funcargs.get("step") if hasattr(item, "funcargs") else None
+            report.course_reason = explain_exception(error, getattr(module, "__file__", None))

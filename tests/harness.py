@@ -1,0 +1,201 @@
+"""How a check loads, builds and runs the code under test, and how it compares numbers.
+
+Every learner mistake ends in :func:`fail`, a plain one-line reason without a
+traceback; the reason names the TODO to look at.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from course import runtime
+from course.hints import explain_exception, shown, todo_for_name, todo_label, todos_in
+from course.outline import OUTLINE, SOLUTIONS, step_path
+
+# --- comparing numbers -------------------------------------------------------------
+
+#: float32 tolerances against Hugging Face, |actual - expected| <= ATOL + RTOL * |expected|.
+#: MAX and PyTorch sum in different orders, so float32 results differ by ~1e-6
+#: relative (measured worst cases are quoted in each step's test file). These are
+#: 10-100x above that noise and far below the smallest planted bug we test for.
+ATOL = 1e-4
+RTOL = 1e-4
+
+#: max |Δ| of every comparison in the running check, shown on its ✓ line.
+measured: list[float] = []
+
+
+def fail(reason: str):
+    """Fails the running check with a plain reason and no traceback."""
+    pytest.fail(reason, pytrace=False)
+
+
+def assert_close(actual, expected, what: str, *, atol: float = ATOL, rtol: float = RTOL) -> float:
+    """Compares arrays; on failure reports the worst mismatch and where it is. Returns max |Δ|."""
+    actual = runtime.to_numpy(actual)
+    expected = np.asarray(expected, dtype=np.float32)
+    if actual.shape != expected.shape:
+        fail(f"{what}: shape is {list(actual.shape)}, expected {list(expected.shape)}")
+    if not np.isfinite(actual).all() and np.isfinite(expected).all():
+        index = tuple(int(i) for i in np.argwhere(~np.isfinite(actual))[0])
+        fail(f"{what}: value at {list(index)} is {actual[index]}, expected {expected[index]:.6g}")
+    delta = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    delta = np.where(np.isfinite(delta), delta, 0.0)
+    excess = delta - (atol + rtol * np.abs(expected))
+    worst = float(delta.max(initial=0.0))
+    if (excess > 0).any():
+        index = tuple(int(i) for i in np.unravel_index(np.argmax(excess), excess.shape))
+        fail(
+            f"{what}: max |Δ| = {delta[index]:.3g} at {list(index)} "
+            f"(got {actual[index]:.6g}, expected {expected[index]:.6g}), "
+            f"tolerance {atol:g} + {rtol:g}·|expected|"
+        )
+    measured.append(worst)
+    return worst
+
+
+# --- loading the code under test -----------------------------------------------------
+
+
+def load_step(number: int, target: str, steps_dir: Path):
+    """Imports step ``number`` from ``solutions/`` or from the learner's ``steps_dir``.
+
+    Isolation: ``solutions/`` is always on ``sys.path``, so whatever a step imports
+    from an earlier step (``from step_01_config import GPT2Config``) is the
+    solution's. Only the step under test comes from the learner's folder, loaded
+    under its own module name, so a bug in step 03 never fails step 09's check.
+    """
+    solution = step_path(number, SOLUTIONS)
+    if solution is None:
+        fail(f"step {number:02d} ({OUTLINE[number]}) is not in the course yet")
+    if target == "solutions":
+        return importlib.import_module(solution.stem)
+    path = steps_dir / solution.name
+    if not path.exists():
+        fail(f"{shown(path)} is missing — run `python -m course.render` to restore the stub")
+    name = f"learner.{solution.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file runs
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - any import error is the learner's to fix
+        sys.modules.pop(name, None)
+        fail(f"{shown(path)} does not import: {explain_exception(error, path)}")
+    return module
+
+
+def solution(number: int):
+    """An earlier step's finished module (what the step under test builds on)."""
+    return importlib.import_module(step_path(number, SOLUTIONS).stem)
+
+
+# --- running learner code ---------------------------------------------------------------
+
+
+def attribute(module, name: str):
+    """The module's ``name`` (a class or a function), or a hint that it is missing."""
+    found = getattr(module, name, None)
+    if found is None:
+        fail(f"{shown(module.__file__)} has no `{name}` — keep the name the stub gives it")
+    return found
+
+
+def todo_named(step_file: str | None, name: str) -> str:
+    """``TODO N in steps/…`` for the TODO that creates ``name`` in the learner's file."""
+    return todo_label(todo_for_name(step_file, name), step_file)
+
+
+def todo_in(obj) -> str:
+    """``TODO N in steps/…`` for the TODOs inside a learner's function or class."""
+    return todo_label(todos_in(obj), _source_file(obj))
+
+
+def call(fn, *args, what: str | None = None, **kwargs):
+    """Calls learner code; an exception or a None result becomes a hint naming the TODO."""
+    what = what or f"{getattr(fn, '__qualname__', fn)}()"
+    source = _source_file(fn)
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - reported, with the learner's line
+        fail(f"{what} failed: {explain_exception(error, source)}")
+    if result is None and not isinstance(fn, type):
+        fail(f"{what} returned None — finish {todo_in(getattr(fn, 'forward', fn))}")
+    return result
+
+
+def build(factory, *args, **kwargs):
+    """Constructs a learner module lazily: no weights are computed until they load."""
+    from max.experimental import functional as F
+
+    with F.lazy():
+        return call(factory, *args, what=f"{factory.__name__}(...)", **kwargs)
+
+
+def load_weights(module, state: dict[str, np.ndarray]) -> None:
+    """Loads checkpoint-named weights, explaining a missing, None or misshapen parameter."""
+    owner = type(module).__name__
+    source = _source_file(type(module))
+    params = dict(module.parameters)
+    for name, value in state.items():
+        if name in params:
+            shape = [int(d) for d in params[name].shape]
+            if shape != list(value.shape):
+                fail(
+                    f"{owner}.{name} has shape {shape}, but GPT-2's is {list(value.shape)} — "
+                    f"{todo_named(source, name.split('.')[0])}"
+                )
+            continue
+        fail(f"{_missing(module, name)} — {todo_named(source, name.split('.')[0])}")
+    extra = sorted(set(params) - set(state))
+    if extra:
+        fail(f"{owner} has parameters GPT-2 does not: {', '.join(extra)} — use the checkpoint's names")
+    module.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
+
+
+def forward(module, *inputs: np.ndarray, what: str | None = None):
+    """Runs a learner module eagerly on NumPy inputs; returns its output as NumPy."""
+    tensors = [runtime.from_numpy(x) for x in inputs]
+    result = call(module, *tensors, what=what or f"{type(module).__name__}.forward")
+    return _realize(result, what or f"{type(module).__name__}.forward")
+
+
+def _realize(result, what: str):
+    try:
+        return runtime.to_numpy(result)
+    except Exception as error:  # noqa: BLE001 - a lazily-raised MAX error is still the learner's
+        fail(f"{what} gave a value MAX could not compute: {explain_exception(error, None)}")
+
+
+def _missing(module, name: str) -> str:
+    """Why checkpoint parameter ``name`` is not on ``module``: a None or absent attribute."""
+    owner, parent, path = type(module).__name__, module, []
+    for part in name.split("."):
+        path.append(part)
+        parent = getattr(parent, part, _ABSENT)
+        if parent is None:
+            return f"{owner}.{'.'.join(path)} is still None"
+        if parent is _ABSENT:
+            break
+    return f"{owner} has no `{name}` (the name GPT-2's checkpoint uses)"
+
+
+_ABSENT = object()
+
+
+def _source_file(obj) -> str | None:
+    """The file that defines a learner function, class or module instance."""
+    if not isinstance(obj, (type, types.FunctionType, types.MethodType)):
+        obj = type(obj)
+    try:
+        return inspect.getsourcefile(obj)
+    except TypeError:
+        return None

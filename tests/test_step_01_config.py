@@ -1,0 +1,88 @@
+"""Step 01 · GPT2Config against transformers.GPT2Config."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import transformers
+
+from harness import attribute, call, fail, todo_in, todo_named
+from reference import CONFIGS
+
+pytestmark = pytest.mark.step01
+
+SIZES = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
+GIVEN = ("n_inner", "layer_norm_epsilon", "activation_function")
+
+
+def _config_class(step):
+    """The learner's GPT2Config, once it is a dataclass with every field the checks use."""
+    cls = attribute(step, "GPT2Config")
+    if not dataclasses.is_dataclass(cls):
+        fail("GPT2Config must stay a @dataclass (from_hf and the later steps rely on its fields)")
+    declared = {field.name for field in dataclasses.fields(cls)}
+    for name in SIZES + GIVEN:
+        if name not in declared:
+            fail(f"GPT2Config has no field `{name}` — {todo_named(step.__file__, name)}")
+    return cls
+
+
+def test_defaults_are_gpt2_small(step):
+    """defaults are GPT-2 small's, as in transformers"""
+    config = call(_config_class(step), what="GPT2Config()")
+    hf = transformers.GPT2Config()
+    for name in SIZES + GIVEN:
+        mine, theirs = getattr(config, name), getattr(hf, name)
+        if mine != theirs:
+            fail(f"GPT2Config().{name} is {mine!r}, but GPT-2 small's is {theirs!r}")
+
+
+def test_inner_dim(step):
+    """inner_dim is 4 * n_embd by default and n_inner when set"""
+    cls = _config_class(step)
+    for n_embd, n_inner, expected in [(768, None, 3072), (64, None, 256), (64, 100, 100)]:
+        config = call(cls, n_embd=n_embd, n_head=4, n_inner=n_inner, what="GPT2Config(...)")
+        got = call(cls.inner_dim.fget, config, what="GPT2Config.inner_dim")
+        if got != expected:
+            fail(f"inner_dim is {got} for n_embd={n_embd}, n_inner={n_inner}; expected {expected}")
+
+
+def test_head_dim(step):
+    """head_dim is n_embd / n_head"""
+    cls = _config_class(step)
+    for n_embd, n_head in [(768, 12), (64, 4), (1600, 25)]:
+        config = call(cls, n_embd=n_embd, n_head=n_head, what="GPT2Config(...)")
+        got = call(cls.head_dim.fget, config, what="GPT2Config.head_dim")
+        if got != n_embd // n_head:
+            fail(f"head_dim is {got} for n_embd={n_embd}, n_head={n_head}; expected {n_embd // n_head}")
+
+
+def test_rejects_uneven_heads(step):
+    """uneven heads raise ValueError"""
+    cls = _config_class(step)
+    try:
+        cls(n_embd=64, n_head=5)
+    except ValueError:
+        return
+    except Exception as error:  # noqa: BLE001
+        fail(f"GPT2Config(n_embd=64, n_head=5) raised {type(error).__name__}, expected ValueError — {todo_in(cls.__post_init__)}")
+    fail(f"GPT2Config(n_embd=64, n_head=5) was accepted; 64 does not split into 5 heads — {todo_in(cls.__post_init__)}")
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_round_trips_with_transformers(step, name):
+    """round-trips with transformers.GPT2Config"""
+    cls = _config_class(step)
+    hf = transformers.GPT2Config(**CONFIGS[name], n_inner=48, layer_norm_epsilon=1e-3)
+    config = call(cls.from_hf, hf, what="GPT2Config.from_hf")
+    for field in dataclasses.fields(cls):
+        if getattr(config, field.name) != getattr(hf, field.name):
+            fail(
+                f"from_hf gave {field.name}={getattr(config, field.name)!r}, "
+                f"but the transformers config has {getattr(hf, field.name)!r}"
+            )
+    back = transformers.GPT2Config(**dataclasses.asdict(config))
+    again = call(cls.from_hf, back, what="GPT2Config.from_hf")
+    if again != config:
+        fail(f"a round trip through transformers.GPT2Config changed the config: {again} != {config}")

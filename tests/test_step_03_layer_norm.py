@@ -1,0 +1,56 @@
+"""Step 03 · LayerNorm against torch.nn.LayerNorm and Hugging Face's ln_1.
+
+Measured worst case |Δ| on solutions/: about 2e-6 (values of size ~3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+from harness import assert_close, attribute, build, forward, load_weights
+from reference import CONFIGS, hf_config, hidden_states, run, seeded
+
+pytestmark = pytest.mark.step03
+
+
+def _inputs(width: int) -> np.ndarray:
+    """Two sequences of tokens; the last token of each is nearly constant (variance ~1e-6)
+    so the result depends on eps, as it does for a real token whose values barely vary."""
+    x = hidden_states(2, 7, width, scale=3.0) + 1.5
+    x[:, -1] = hidden_states(2, width, seed=5, scale=1e-3)
+    return x
+
+
+def _check(step, torch_norm: torch.nn.LayerNorm, what: str, **kwargs):
+    width = torch_norm.normalized_shape[0]
+    seeded(torch_norm, seed=width)
+    mine = build(attribute(step, "LayerNorm"), width, **kwargs)
+    load_weights(mine, {name: p.detach().numpy() for name, p in torch_norm.named_parameters()})
+    x = _inputs(width)
+    assert_close(forward(mine, x), run(torch_norm, x), what)
+
+
+@pytest.mark.parametrize("width", [64, 768])
+def test_matches_torch_layer_norm(step, width):
+    """matches torch.nn.LayerNorm with GPT-2's eps=1e-5"""
+    _check(step, torch.nn.LayerNorm(width, eps=1e-5), f"LayerNorm({width}) vs torch.nn.LayerNorm")
+
+
+def test_uses_given_eps(step):
+    """uses the eps it is given"""
+    _check(step, torch.nn.LayerNorm(64, eps=1e-3), "LayerNorm(64, eps=1e-3) vs torch.nn.LayerNorm", eps=1e-3)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_matches_gpt2_ln_1(step, name):
+    """matches Hugging Face GPT2Block.ln_1"""
+    config = hf_config(**CONFIGS[name])
+    _check(
+        step,
+        GPT2Block(config).ln_1,
+        f"LayerNorm vs Hugging Face GPT2Block.ln_1 ({name})",
+        eps=config.layer_norm_epsilon,
+    )
