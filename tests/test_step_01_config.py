@@ -54,8 +54,11 @@ def test_head_dim(step):
     for n_embd, n_head in [(768, 12), (64, 4), (1600, 25)]:
         config = call(cls, n_embd=n_embd, n_head=n_head, what="GPT2Config(...)")
         got = call(cls.head_dim.fget, config, what="GPT2Config.head_dim")
-        if got != n_embd // n_head:
-            fail(f"head_dim is {got} for n_embd={n_embd}, n_head={n_head}; expected {n_embd // n_head}")
+        if got != n_embd // n_head or not isinstance(got, int):
+            fail(
+                f"head_dim is {got!r} for n_embd={n_embd}, n_head={n_head}; expected the int "
+                f"{n_embd // n_head} (a width is a whole number: `//` divides without a fraction)"
+            )
 
 
 def test_rejects_uneven_heads(step):
