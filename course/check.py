@@ -12,7 +12,6 @@ words, and a verdict. The exit code is pytest's: 0 when every check passes.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from pathlib import Path
@@ -25,19 +24,23 @@ from course.outline import OUTLINE, ROOT, STEPS, available, marker
 
 console = Console(highlight=False, soft_wrap=True)
 
+#: How many lines of a learner's own print() output to show under a failed check.
+SHOWN_OUTPUT_LINES = 12
+
 
 class Report:
     """A pytest plugin that prints for learners instead of pytest's own terminal output."""
 
-    def __init__(self, label: str, command: str):
-        self.label, self.command = label, command
+    def __init__(self, label: str, again: str):
+        self.label, self.again = label, again
         self.passed = self.failed = 0
         self.problems: list[str] = []
         self.started = time.perf_counter()
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.problems.append(f"the checks in {report.nodeid} could not load: {report.longreprtext.strip()}")
+            last = report.longreprtext.strip().splitlines()[-1]
+            self.problems.append(f"the checks in {report.nodeid} could not load: {last}")
 
     def pytest_collection_finish(self, session):
         if not session.items and not self.problems:
@@ -54,6 +57,11 @@ class Report:
             reason = getattr(report, "course_reason", None) or report.longreprtext.strip().splitlines()[-1]
             console.print(f"[red]✗[/] {escape(report.course_title)}")
             console.print(f"  [red]{escape(reason)}[/]")
+            printed = report.capstdout.strip().splitlines()
+            if printed:
+                console.print("  [dim]your code printed:[/]")
+                for line in printed[-SHOWN_OUTPUT_LINES:]:
+                    console.print(f"  [dim]│[/] {escape(line)}")
         elif report.skipped and report.when != "teardown":
             reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             console.print(f"[yellow]-[/] {escape(report.course_title)} [yellow](skipped: {escape(reason)})[/]")
@@ -65,26 +73,19 @@ class Report:
     def pytest_sessionfinish(self, session, exitstatus):
         for problem in self.problems:
             console.print(f"[red]✗ {escape(problem)}[/]")
-        seconds = time.perf_counter() - self.started
+        seconds = f"[dim]({time.perf_counter() - self.started:.1f} s)[/]"
         total = self.passed + self.failed
-        if self.failed == 0 and not self.problems and total:
-            console.print(f"[bold green]{self.label}: all {total} checks pass[/] [dim]({seconds:.1f} s)[/]")
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            console.print(f"[bold yellow]{self.label}: interrupted after {total} checks.[/] {seconds}")
+        elif exitstatus == pytest.ExitCode.OK and total:
+            console.print(f"[bold green]{self.label}: all {total} checks pass[/] {seconds}")
         elif total:
             console.print(
                 f"[bold red]{self.label}: {self.failed} of {total} checks fail.[/] "
-                f"Fix the first ✗ above, then run `{self.command}` again. [dim]({seconds:.1f} s)[/]"
+                f"Fix the first ✗ above, then run {self.again} again. {seconds}"
             )
         else:
-            console.print(f"[bold red]{self.label}: no check ran.[/]")
-
-
-class _CompileNotice(logging.Handler):
-    """Turns MAX's 'compiled … on the fly' warnings into one friendly line each."""
-
-    def emit(self, record):
-        args = record.args if isinstance(record.args, tuple) else ()
-        if len(args) >= 2:
-            console.print(f"  [dim]MAX compiled a kernel ({args[0]}) in {args[1]:.0f} s; it is cached from now on[/]")
+            console.print(f"[bold red]{self.label}: no check ran.[/] {seconds}")
 
 
 def _cache_is_cold() -> bool:
@@ -92,18 +93,20 @@ def _cache_is_cold() -> bool:
 
 
 def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> int:
-    label = f"Step {numbers[0]:02d}" if len(numbers) == 1 else "Steps " + ", ".join(f"{n:02d}" for n in numbers)
-    command = f"pixi run s{numbers[0]:02d}" if len(numbers) == 1 else "pixi run check-all"
-    title = OUTLINE[numbers[0]] if len(numbers) == 1 else "all available steps"
+    """Runs the checks of ``numbers`` on ``target`` with the learner's report."""
+    if len(numbers) == 1:
+        label, title = f"Step {numbers[0]:02d}", OUTLINE[numbers[0]]
+        again = f"`pixi run s{numbers[0]:02d}` (or `python -m course.check {numbers[0]}`)"
+    else:
+        label, title = "Steps " + ", ".join(f"{n:02d}" for n in numbers), "all available steps"
+        again = "`pixi run check-all` (or `python -m course.check all`)"
     console.print(f"[bold]{label} · {title}[/] [dim](checking {target}/)[/]")
     if _cache_is_cold():
-        console.print(
-            "[yellow]First run on this machine: MAX compiles the kernels it needs (2-4 minutes, once).[/]"
-        )
-    notice = _CompileNotice()
-    logging.getLogger("max._eager_policy").addHandler(notice)
+        console.print("[yellow]First run on this machine: MAX compiles the kernels it needs (2-4 minutes, once).[/]")
+    # Only these steps' test files: a problem in another step's checks cannot stop this one.
+    files = [str(path) for n in numbers for path in sorted((ROOT / "tests").glob(f"test_step_{n:02d}_*.py"))]
     args = [
-        str(ROOT / "tests"),
+        *files,
         "-m",
         " or ".join(marker(n) for n in numbers),
         "--target",
@@ -118,7 +121,7 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
         "ignore",
         *extra,
     ]
-    return int(pytest.main(args, plugins=[Report(label, command)]))
+    return int(pytest.main(args, plugins=[Report(label, again)]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,10 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "all":
         numbers = available()
     else:
-        try:
-            number = int(args.step)
-        except ValueError:
-            parser.error(f"step must be a number from 1 to {len(OUTLINE)}, or 'all'")
+        number = int(args.step) if args.step.isdigit() else None
         if number not in OUTLINE:
             parser.error(f"step must be a number from 1 to {len(OUTLINE)}, or 'all'")
         if number not in available():

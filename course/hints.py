@@ -15,8 +15,10 @@ from course.outline import ROOT
 TODO = re.compile(r"#\s*TODO\s+(\d+)")
 
 
-def shown(path: str | Path) -> str:
+def shown(path: str | Path | None) -> str:
     """A path as the learner sees it: relative to the course folder when inside it."""
+    if path is None:
+        return "your step file"
     path = Path(path).resolve()
     try:
         return str(path.relative_to(ROOT))
@@ -24,10 +26,10 @@ def shown(path: str | Path) -> str:
         return str(path)
 
 
-def _lines(path: str | Path) -> list[str]:
+def _lines(path: str | Path | None) -> list[str]:
     try:
         return Path(path).read_text().splitlines()
-    except OSError:
+    except (OSError, TypeError):
         return []
 
 

@@ -69,24 +69,34 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def render_all(out_dir: Path = STEPS, *, force: bool = False) -> list[str]:
-    """Writes every stub into ``out_dir``; returns the files it had to leave alone."""
+def _manifest(out_dir: Path) -> dict[str, str]:
+    try:
+        return json.loads((out_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: treat every existing file as edited
+
+
+def render_all(out_dir: Path = STEPS, *, force: bool = False) -> tuple[list[str], list[str]]:
+    """Writes the stubs into ``out_dir``; returns (files written, files left alone as edited)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    manifest_path = out_dir / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest = _manifest(out_dir)
+    written: list[str] = []
     kept: list[str] = []
     for solution in sorted(SOLUTIONS.glob("step_*.py")):
         text = render_text(solution.read_text(), solution.name)
         target = out_dir / solution.name
-        if target.exists() and not force:
-            current = _digest(target.read_text())
-            if current != manifest.get(solution.name) and target.read_text() != text:
-                kept.append(solution.name)
-                continue
+        current = target.read_text() if target.exists() else None
+        if current == text:
+            manifest[solution.name] = _digest(text)
+            continue
+        if current is not None and not force and _digest(current) != manifest.get(solution.name):
+            kept.append(solution.name)
+            continue
         target.write_text(text)
         manifest[solution.name] = _digest(text)
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return kept
+        written.append(solution.name)
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return written, kept
 
 
 def stale(steps_dir: Path = STEPS) -> list[str]:
@@ -95,9 +105,9 @@ def stale(steps_dir: Path = STEPS) -> list[str]:
     for solution in sorted(SOLUTIONS.glob("step_*.py")):
         target = steps_dir / solution.name
         if not target.exists():
-            problems.append(f"steps/{solution.name} is missing")
+            problems.append(f"{steps_dir.name}/{solution.name} is missing")
         elif target.read_text() != render_text(solution.read_text(), solution.name):
-            problems.append(f"steps/{solution.name} differs from its rendering")
+            problems.append(f"{steps_dir.name}/{solution.name} differs from its rendering")
     return problems
 
 
@@ -114,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print("Run `python -m course.render` to refresh them (it keeps a learner's edits).")
         return 1 if problems else 0
-    kept = render_all(args.out, force=args.force)
+    written, kept = render_all(args.out, force=args.force)
+    for name in written:
+        print(f"wrote {args.out.name}/{name}")
     for name in kept:
         print(f"kept {args.out.name}/{name}: it has edits of yours (use --force to replace it)")
-    print(f"rendered {len(list(SOLUTIONS.glob('step_*.py'))) - len(kept)} stub(s) into {args.out}")
+    if not written and not kept:
+        print(f"{args.out.name}/ is up to date")
     return 0
 
 

@@ -35,13 +35,11 @@ def _raise_keyboard_interrupt(signum, frame):  # noqa: ARG001 - signal handler s
     raise KeyboardInterrupt
 
 
-def install_sigint_handler() -> bool:
-    """Installs the Python-level SIGINT handler; returns False off the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+def install_sigint_handler() -> None:
+    """Installs the Python-level SIGINT handler (only the main thread can)."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
-    return True
 
 
 def setup() -> None:

@@ -72,7 +72,7 @@ def _measure():
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    doc = getattr(item, "function", None).__doc__ if hasattr(item, "function") else None
+    doc = getattr(getattr(item, "function", None), "__doc__", None)
     title = (doc or item.name).strip().splitlines()[0]
     callspec = getattr(item, "callspec", None)
     report.course_title = f"{title} [{callspec.id}]" if callspec else title
@@ -83,5 +83,8 @@ def pytest_runtest_makereport(item, call):
         if isinstance(error, pytest.fail.Exception):
             report.course_reason = str(error)
         else:
-            module = item.funcargs.get("step") if hasattr(item, "funcargs") else None
-            report.course_reason = explain_exception(error, getattr(module, "__file__", None))
+            module = getattr(item, "funcargs", {}).get("step")
+            try:
+                report.course_reason = explain_exception(error, getattr(module, "__file__", None))
+            except Exception:  # noqa: BLE001 - a hint must never take the run down with it
+                report.course_reason = f"{type(error).__name__}: {error}"

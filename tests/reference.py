@@ -48,11 +48,12 @@ def seeded(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     get std 0.5 around 0 or, for a scale, around 1.
     """
     generator = torch.Generator().manual_seed(seed)
+    conv1d = _conv1d_weights(module)
     with torch.no_grad():
         for name, param in module.named_parameters():
             noise = torch.randn(param.shape, generator=generator)
             if param.ndim >= 2:
-                fan_in = param.shape[0] if _is_conv1d_weight(module, name) else param.shape[-1]
+                fan_in = param.shape[0] if name in conv1d else param.shape[-1]
                 param.copy_(noise * 1.5 / fan_in**0.5)
             elif name.endswith("weight"):  # a layer norm's scale
                 param.copy_(1.0 + 0.5 * noise)
@@ -61,27 +62,31 @@ def seeded(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return module.eval()
 
 
-def _is_conv1d_weight(module: torch.nn.Module, name: str) -> bool:
-    owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
-    return isinstance(owner, Conv1D)
+def _conv1d_weights(module: torch.nn.Module) -> set[str]:
+    """The names of the weights Hugging Face stores as Conv1D, ``[in, out]``."""
+    return {
+        f"{name}.weight" if name else "weight"
+        for name, sub in module.named_modules()
+        if isinstance(sub, Conv1D)
+    }
 
 
 def to_max_state(module: torch.nn.Module) -> dict[str, np.ndarray]:
     """Hugging Face weights as MAX expects them, keyed by the checkpoint's names.
 
-    Conv1D layers (``c_attn``, ``c_proj``, ``c_fc``) store their weight as
-    ``[in, out]``; MAX's ``Linear`` keeps ``[out, in]``, so those are transposed.
-    The attention's ``bias``/``masked_bias`` buffers are not parameters, and
-    ``lm_head.weight`` is the same tensor as ``transformer.wte.weight`` (tied).
+    * Conv1D layers (``c_attn``, ``c_proj``, ``c_fc``) store their weight as
+      ``[in, out]``; MAX's ``Linear`` keeps ``[out, in]``, so those are transposed.
+    * The attention's ``bias``/``masked_bias`` buffers are not parameters, so they
+      are not here.
+    * ``lm_head.weight`` is tied to ``transformer.wte.weight``: the same tensor.
+      It appears once, as ``transformer.wte.weight``; a MAX model ties its head to
+      its token embedding instead of loading a second copy.
     """
-    conv1d = {name for name, sub in module.named_modules() if isinstance(sub, Conv1D)}
+    conv1d = _conv1d_weights(module)
     state = {}
-    for name, param in module.named_parameters():  # tied weights appear once
+    for name, param in module.named_parameters():  # a tied tensor is listed once, first name
         value = param.detach().to(torch.float32).numpy()
-        owner = name.rsplit(".", 1)[0] if "." in name else ""
-        if owner in conv1d and name.endswith(".weight"):
-            value = value.T
-        state[name] = np.ascontiguousarray(value)
+        state[name] = np.ascontiguousarray(value.T if name in conv1d else value)
     return state
 
 

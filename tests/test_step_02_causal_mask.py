@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 from transformers.masking_utils import create_causal_mask
-from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward
+from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, eager_attention_forward
 
 from course.runtime import to_numpy
 from harness import assert_close, attribute, call, fail
@@ -26,6 +26,18 @@ CASES = [(1, 0), (5, 0), (4, 3), (1, 7), (16, 0)]
 def _mask(step, seq_len: int, past_len: int) -> np.ndarray:
     fn = attribute(step, "causal_mask")
     return to_numpy(call(fn, seq_len, past_len, what=f"causal_mask({seq_len}, {past_len})"))
+
+
+def _blocked_mismatch(mine: np.ndarray, theirs: np.ndarray, name: str) -> None:
+    """Fails at the first position that is -inf in one mask and not in the other."""
+    if mine.shape != theirs.shape:
+        fail(f"{name} has shape {list(mine.shape)}; Hugging Face's is {list(theirs.shape)}")
+    blocked_theirs = theirs < -1e30  # Hugging Face adds float32's most negative number
+    differs = np.isneginf(mine) != blocked_theirs
+    if differs.any():
+        i, j = (int(v) for v in np.argwhere(differs)[0])
+        expected = "-inf (blocked)" if blocked_theirs[i, j] else "0 (open)"
+        fail(f"{name}[{i}, {j}] is {mine[i, j]}, but Hugging Face's mask has it {expected}")
 
 
 def _hf_mask(seq_len: int, past_len: int, sizes: dict) -> np.ndarray:
@@ -73,19 +85,13 @@ def test_matches_hugging_face_attention(step, seq_len, past_len):
     """attention weights match Hugging Face's mask"""
     mine = _mask(step, seq_len, past_len)
     theirs = _hf_mask(seq_len, past_len, SMALL)
-    if mine.shape != theirs.shape:
-        fail(f"causal_mask({seq_len}, {past_len}) has shape {list(mine.shape)}; Hugging Face's is {list(theirs.shape)}")
-    blocked_mine, blocked_theirs = np.isneginf(mine), theirs < -1e30
-    if (blocked_mine != blocked_theirs).any():
-        i, j = (int(v) for v in np.argwhere(blocked_mine != blocked_theirs)[0])
-        fail(f"position [{i}, {j}] is {'blocked' if blocked_mine[i, j] else 'open'} in your mask "
-             f"but {'blocked' if blocked_theirs[i, j] else 'open'} in Hugging Face's")
+    _blocked_mismatch(mine, theirs, f"causal_mask({seq_len}, {past_len})")
     generator = torch.Generator().manual_seed(seq_len * 31 + past_len)
     heads, head_dim = SMALL["n_head"], SMALL["n_embd"] // SMALL["n_head"]
     q = torch.randn(1, heads, seq_len, head_dim, generator=generator)
     k = torch.randn(1, heads, past_len + seq_len, head_dim, generator=generator)
     v = torch.randn(1, heads, past_len + seq_len, head_dim, generator=generator)
-    module = torch.nn.Module().eval()
+    module = GPT2Attention(hf_config(**SMALL), layer_idx=0).eval()
     _, weights_theirs = eager_attention_forward(module, q, k, v, torch.from_numpy(theirs)[None, None])
     _, weights_mine = eager_attention_forward(module, q, k, v, torch.from_numpy(mine)[None, None])
     assert_close(weights_mine.numpy(), weights_theirs.numpy(), "attention weights with your mask vs Hugging Face's")
@@ -94,7 +100,4 @@ def test_matches_hugging_face_attention(step, seq_len, past_len):
 def test_full_context_of_gpt2_small(step):
     """full 1024-token context matches Hugging Face"""
     n = GPT2_SMALL["n_positions"]
-    mine = _mask(step, n, 0)
-    theirs = _hf_mask(n, 0, GPT2_SMALL)
-    if mine.shape != theirs.shape or (np.isneginf(mine) != (theirs < -1e30)).any():
-        fail(f"causal_mask({n}, 0) differs from Hugging Face's mask for GPT-2 small")
+    _blocked_mismatch(_mask(step, n, 0), _hf_mask(n, 0, GPT2_SMALL), f"causal_mask({n}, 0)")

@@ -11,7 +11,7 @@ import torch
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
 from harness import assert_close, attribute, build, forward, load_weights
-from reference import CONFIGS, hf_config, hidden_states, run, seeded
+from reference import CONFIGS, hf_config, hidden_states, run, seeded, to_max_state
 
 pytestmark = pytest.mark.step03
 
@@ -28,7 +28,7 @@ def _check(step, torch_norm: torch.nn.LayerNorm, what: str, **kwargs):
     width = torch_norm.normalized_shape[0]
     seeded(torch_norm, seed=width)
     mine = build(attribute(step, "LayerNorm"), width, **kwargs)
-    load_weights(mine, {name: p.detach().numpy() for name, p in torch_norm.named_parameters()})
+    load_weights(mine, to_max_state(torch_norm))
     x = _inputs(width)
     assert_close(forward(mine, x), run(torch_norm, x), what)
 
