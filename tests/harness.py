@@ -154,15 +154,13 @@ def load_weights(module, state: dict[str, np.ndarray]) -> None:
     source = _source_file(type(module))
     params = dict(module.parameters)
     for name, value in state.items():
-        if name in params:
-            shape = [int(d) for d in params[name].shape]
-            if shape != list(value.shape):
-                fail(
-                    f"{owner}.{name} has shape {shape}, but GPT-2's is {list(value.shape)} — "
-                    f"{todo_named(source, name.split('.')[0])}"
-                )
+        shape = [int(d) for d in params[name].shape] if name in params else None
+        if shape == list(value.shape):
             continue
-        fail(f"{_missing(module, name)} — {todo_named(source, name.split('.')[0])}")
+        todo = todo_named(source, name.split(".")[0])
+        if shape is None:
+            fail(f"{_missing(module, name)} — {todo}")
+        fail(f"{owner}.{name} has shape {shape}, but GPT-2's is {list(value.shape)} — {todo}")
     extra = sorted(set(params) - set(state))
     if extra:
         fail(f"{owner} has parameters GPT-2 does not: {', '.join(extra)} — use the checkpoint's names")
@@ -171,12 +169,8 @@ def load_weights(module, state: dict[str, np.ndarray]) -> None:
 
 def forward(module, *inputs: np.ndarray, what: str | None = None):
     """Runs a learner module eagerly on NumPy inputs; returns its output as NumPy."""
-    tensors = [runtime.from_numpy(x) for x in inputs]
-    result = call(module, *tensors, what=what or f"{type(module).__name__}.forward")
-    return _realize(result, what or f"{type(module).__name__}.forward")
-
-
-def _realize(result, what: str):
+    what = what or f"{type(module).__name__}.forward"
+    result = call(module, *(runtime.from_numpy(x) for x in inputs), what=what)
     try:
         return runtime.to_numpy(result)
     except Exception as error:  # noqa: BLE001 - a lazily-raised MAX error is still the learner's
