@@ -69,6 +69,12 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _rendered():
+    """Each solution's file name with the stub text it renders to, in step order."""
+    for solution in sorted(SOLUTIONS.glob("step_*.py")):
+        yield solution.name, render_text(solution.read_text(), solution.name)
+
+
 def _manifest(out_dir: Path) -> dict[str, str]:
     try:
         return json.loads((out_dir / MANIFEST).read_text())
@@ -82,19 +88,17 @@ def render_all(out_dir: Path = STEPS, *, force: bool = False) -> tuple[list[str]
     manifest = _manifest(out_dir)
     written: list[str] = []
     kept: list[str] = []
-    for solution in sorted(SOLUTIONS.glob("step_*.py")):
-        text = render_text(solution.read_text(), solution.name)
-        target = out_dir / solution.name
+    for name, text in _rendered():
+        target = out_dir / name
         current = target.read_text() if target.exists() else None
-        if current == text:
-            manifest[solution.name] = _digest(text)
+        edited = current is not None and _digest(current) != manifest.get(name)
+        if current != text and edited and not force:
+            kept.append(name)
             continue
-        if current is not None and not force and _digest(current) != manifest.get(solution.name):
-            kept.append(solution.name)
-            continue
-        target.write_text(text)
-        manifest[solution.name] = _digest(text)
-        written.append(solution.name)
+        if current != text:
+            target.write_text(text)
+            written.append(name)
+        manifest[name] = _digest(text)
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return written, kept
 
@@ -102,12 +106,12 @@ def render_all(out_dir: Path = STEPS, *, force: bool = False) -> tuple[list[str]
 def stale(steps_dir: Path = STEPS) -> list[str]:
     """The step files that differ from what the solutions render, with the reason."""
     problems = []
-    for solution in sorted(SOLUTIONS.glob("step_*.py")):
-        target = steps_dir / solution.name
+    for name, text in _rendered():
+        target = steps_dir / name
         if not target.exists():
-            problems.append(f"{steps_dir.name}/{solution.name} is missing")
-        elif target.read_text() != render_text(solution.read_text(), solution.name):
-            problems.append(f"{steps_dir.name}/{solution.name} differs from its rendering")
+            problems.append(f"{steps_dir.name}/{name} is missing")
+        elif target.read_text() != text:
+            problems.append(f"{steps_dir.name}/{name} differs from its rendering")
     return problems
 
 

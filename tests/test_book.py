@@ -39,9 +39,9 @@ def test_includes_resolve(chapter):
         target = (chapter.parent / path).resolve()
         assert target.is_file(), f"{chapter.name} includes {path}, which does not exist"
         if anchor:
-            text = target.read_text()
-            assert re.search(rf"ANCHOR: {anchor}\b", text), f"{chapter.name}: {path} has no ANCHOR {anchor}"
-            assert re.search(rf"ANCHOR_END: {anchor}\b", text), f"{chapter.name}: {path} has no ANCHOR_END {anchor}"
+            body = _anchor_body(target, anchor)
+            assert body is not None, f"{chapter.name}: {path} has no ANCHOR/ANCHOR_END pair named {anchor}"
+            assert any(line.strip() for line in body), f"{chapter.name}: {path}:{anchor} is empty"
 
 
 def _mdbook() -> str:
@@ -53,17 +53,19 @@ def _mdbook() -> str:
     return found
 
 
-def _anchor_body(path: Path, anchor: str) -> list[str]:
-    """The lines mdBook shows for an anchor: those between its markers, minus any ANCHOR line."""
+def _anchor_body(path: Path, anchor: str) -> list[str] | None:
+    """The lines mdBook shows for an anchor (minus any ANCHOR line), or None without both markers."""
     lines = path.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if re.search(rf"ANCHOR: {anchor}\b", line))
+    start = next((i for i, line in enumerate(lines) if re.search(rf"ANCHOR: {anchor}\b", line)), None)
+    if start is None:
+        return None
     body = []
     for line in lines[start + 1 :]:
         if re.search(rf"ANCHOR_END: {anchor}\b", line):
-            break
+            return body
         if "ANCHOR" not in line:
             body.append(line)
-    return body
+    return None
 
 
 def test_book_builds_and_shows_the_code(tmp_path):
