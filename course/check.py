@@ -12,7 +12,9 @@ words, and a verdict. The exit code is pytest's: 0 when every check passes.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,7 +22,8 @@ import pytest
 from rich.console import Console
 from rich.markup import escape
 
-from course.outline import OUTLINE, ROOT, STEPS, available, marker
+from course.hints import REPORT_TO, shown, versions
+from course.outline import OUTLINE, ROOT, SOLUTIONS, STEPS, available, marker
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -28,30 +31,157 @@ console = Console(highlight=False, soft_wrap=True)
 SHOWN_OUTPUT_LINES = 12
 
 
+#: Seconds a check may stay quiet before the runner says why.
+QUIET_SECONDS = 4.0
+MAX_CACHE = Path.home() / ".cache" / "modular"
+
+
+def _newest_in_cache() -> float:
+    """The newest modification time of a file in MAX's kernel cache (0 when it is empty).
+
+    Files only: every eager op touches the cache's folders (temporary files come and
+    go), while a new file appears only when MAX compiles something.
+    """
+    newest, folders = 0.0, [MAX_CACHE]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+            except OSError:
+                pass
+    return newest
+
+
+class CompileNotice:
+    """Says so when a check has been quiet for a while because MAX is compiling.
+
+    MAX compiles each kernel the first time a machine uses it (20-60 s on a laptop)
+    and writes it to its cache. A background thread watches that cache while a check
+    runs; once the check has been quiet for QUIET_SECONDS and the cache has grown
+    since it started, it shows a status line (a plain line when not on a terminal).
+    """
+
+    def __init__(self, quiet: float = QUIET_SECONDS):
+        self.quiet = quiet
+        self.out = _uncaptured_console()
+        self._lock = threading.Lock()
+        self._running: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.stop()
+        running = self._running = threading.Event()
+        running.set()
+        self._thread = threading.Thread(target=self._watch, args=(running, time.perf_counter()), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._running is not None:
+                self._running.clear()
+                self._running = None
+        # Joined, never left running: a thread alive while MAX shuts down can abort the
+        # process ("terminate called without an active exception").
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _watch(self, running: threading.Event, started: float) -> None:
+        before = _newest_in_cache()
+        status = None
+        while not _sleep_unless_stopped(running, 1.0):
+            quiet = time.perf_counter() - started
+            if quiet < self.quiet or _newest_in_cache() <= before:
+                continue
+            text = (
+                f"MAX is compiling a kernel this machine has not used before ({quiet:.0f} s). "
+                "It happens once: later runs reuse it."
+            )
+            with self._lock:
+                if not running.is_set():
+                    break
+                if not self.out.is_terminal:
+                    self.out.print(f"  [dim]… {text}[/]")
+                    return
+                if status is None:
+                    status = self.out.status(f"[dim]{text}[/]")
+                    status.start()
+                else:
+                    status.update(f"[dim]{text}[/]")
+        if status is not None:
+            status.stop()
+
+
+def _uncaptured_console() -> Console:
+    """A console on a copy of the real stdout: pytest captures fd 1 while a check runs."""
+    try:
+        out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8")
+    except (AttributeError, OSError, ValueError):  # no real stdout (an embedding host)
+        return console
+    return Console(file=out, highlight=False, soft_wrap=True)
+
+
+def _sleep_unless_stopped(running: threading.Event, seconds: float) -> bool:
+    """Sleeps up to ``seconds``; True when the check finished meanwhile."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        if not running.is_set():
+            return True
+        time.sleep(0.05)
+    return not running.is_set()
+
+
 class Report:
     """A pytest plugin that prints for learners instead of pytest's own terminal output."""
 
     def __init__(self, label: str, again: str):
         self.label, self.again = label, again
-        self.passed = self.failed = 0
+        self.passed = self.failed = self.broken = 0
         self.problems: list[str] = []
         self.started = time.perf_counter()
+        self.notice = CompileNotice()
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.notice.start()
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self.notice.stop()
 
     def pytest_collectreport(self, report):
         if report.failed:
             last = report.longreprtext.strip().splitlines()[-1]
-            self.problems.append(f"the checks in {report.nodeid} could not load: {last}")
+            self.problems.append(
+                f"the course's checks in {report.nodeid} could not load ({versions()}): {last} "
+                f"— not your code; {REPORT_TO}"
+            )
 
     def pytest_collection_finish(self, session):
         if not session.items and not self.problems:
             self.problems.append("no checks were selected")
 
     def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.failed or report.skipped:
+            self.notice.stop()  # before printing this check's line
         if report.when == "call" and report.passed:
             self.passed += 1
-            delta = dict(report.user_properties).get("max_delta")
+            properties = dict(report.user_properties)
+            delta = properties.get("max_delta")
             extra = f", max |Δ| {delta:.1e}" if delta is not None else ""
+            if "argmax_agreement" in properties:
+                extra += f", argmax agrees {properties['argmax_agreement']}"
             console.print(f"[green]✓[/] {escape(report.course_title)} [dim]({report.duration:.1f} s{extra})[/]")
+        elif report.failed and getattr(report, "course_fault", False):
+            # The course broke, not the learner's code: a separate mark and colour.
+            self.broken += 1
+            console.print(f"[yellow]![/] {escape(report.course_title)}")
+            console.print(f"  [yellow]{escape(report.course_reason)}[/]")
         elif report.failed:
             self.failed += 1
             reason = getattr(report, "course_reason", None) or report.longreprtext.strip().splitlines()[-1]
@@ -71,25 +201,34 @@ class Report:
         return True
 
     def pytest_sessionfinish(self, session, exitstatus):
+        self.notice.stop()
         for problem in self.problems:
             console.print(f"[red]✗ {escape(problem)}[/]")
         seconds = f"[dim]({time.perf_counter() - self.started:.1f} s)[/]"
-        total = self.passed + self.failed
+        total = self.passed + self.failed + self.broken
+        if self.broken:
+            console.print(
+                f"[bold yellow]{self.label}: {self.broken} of {total} checks could not run because the "
+                f"course itself failed (marked !) — not your code; {REPORT_TO}.[/]"
+            )
+            total -= self.broken
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             console.print(f"[bold yellow]{self.label}: interrupted after {total} checks.[/] {seconds}")
         elif exitstatus == pytest.ExitCode.OK and total:
             console.print(f"[bold green]{self.label}: all {total} checks pass[/] {seconds}")
-        elif total:
+        elif self.failed:
             console.print(
                 f"[bold red]{self.label}: {self.failed} of {total} checks fail.[/] "
                 f"Fix the first ✗ above, then run {self.again} again. {seconds}"
             )
+        elif self.broken:
+            console.print(f"[bold]{self.label}: the other {self.passed} checks pass.[/] {seconds}")
         else:
             console.print(f"[bold red]{self.label}: no check ran.[/] {seconds}")
 
 
 def _cache_is_cold() -> bool:
-    return not (Path.home() / ".cache" / "modular" / ".mogg_cache").exists()
+    return not (MAX_CACHE / ".mogg_cache").exists()
 
 
 def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> int:
@@ -100,7 +239,8 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
     else:
         label, title = "Steps " + ", ".join(f"{n:02d}" for n in numbers), "all available steps"
         again = "`pixi run check-all` (or `python -m course.check all`)"
-    console.print(f"[bold]{label} · {title}[/] [dim](checking {target}/)[/]")
+    checked = shown(steps_dir) if target == "steps" else shown(SOLUTIONS)
+    console.print(f"[bold]{label} · {title}[/] [dim](checking {checked}/)[/]")
     if _cache_is_cold():
         console.print("[yellow]First run on this machine: MAX compiles the kernels it needs (2-4 minutes, once).[/]")
     # Only these steps' test files: a problem in another step's checks cannot stop this one.

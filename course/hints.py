@@ -90,11 +90,7 @@ def explain_exception(error: BaseException, step_file: str | Path | None) -> str
     the TODO that should have set it instead, which is usually an earlier one.
     """
     kind = type(error).__name__
-    message = str(error).strip().splitlines()
-    first = message[0] if message else ""
-    if len(first) > 300:
-        first = first[:300] + " …"
-    text = f"{kind}: {first}" if first else kind
+    text = describe(error)
     if step_file is None:
         return text
     step_file = Path(step_file).resolve()
@@ -117,6 +113,42 @@ def explain_exception(error: BaseException, step_file: str | Path | None) -> str
     return f"{text} — raised at {shown(step_file)}, {where}{suffix}"
 
 
+#: Mistakes whose MAX message is cryptic, recognised by a line of it: (pattern, lesson).
+TRAPS = [
+    (
+        re.compile(r"Unsafe cast from si64 to f(16|32|64)"),
+        "a size read from `x.shape` is a Dim (an integer inside MAX's graph), not a Python "
+        "number; write int(x.shape[-1]) where a size meets float math",
+    ),
+]
+
+
+def describe(error: BaseException) -> str:
+    """``Kind: message`` in one line, keeping the line where MAX says *why*.
+
+    MAX's graph errors put the cause on a later line: "Failed to create op 'DivOp':",
+    then the inputs, then "Diagnostics:" and the reason. The reason is kept, and a
+    known trap gets its lesson.
+    """
+    kind = type(error).__name__
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return kind
+    first = lines[0] if len(lines[0]) <= 300 else lines[0][:300] + " …"
+    reason = None
+    if "Diagnostics:" in lines[1:]:
+        after = lines.index("Diagnostics:", 1) + 1
+        reason = lines[after] if after < len(lines) else None
+    elif first.endswith(":") and len(lines) > 1:
+        reason = lines[1]
+    text = f"{kind}: {first} {reason}" if reason else f"{kind}: {first}"
+    for pattern, lesson in TRAPS:
+        if pattern.search(str(error)):
+            text += f" (Hint: {lesson}.)"
+            break
+    return text
+
+
 def _walk(tb):
     while tb is not None:
         yield tb
@@ -130,3 +162,63 @@ def _none_values(frame) -> list[str]:
     if owner is not None and hasattr(owner, "__dict__"):
         names += [f"self.{name}" for name, value in vars(owner).items() if value is None]
     return names
+
+
+# --- the course's own failures --------------------------------------------------------
+
+#: Where a learner reports a fault in the course itself.
+REPORT_TO = "please report it to the course's maintainers"
+
+
+def versions() -> str:
+    """``transformers 5.12.1, max 26.7.0``: the releases a course fault happened under."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for package in ("transformers", "torch", "max"):
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(found)
+
+
+def raised_in(error: BaseException, path: str | Path | None) -> bool:
+    """Whether any frame of ``error``'s traceback (or its causes) runs code from ``path``."""
+    if path is None:
+        return False
+    path = Path(path).resolve()
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if any(Path(tb.tb_frame.f_code.co_filename).resolve() == path for tb in _walk(error.__traceback__)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def explain_course_fault(error: BaseException) -> str:
+    """One line for an exception the course raised itself (reference, harness, conversion).
+
+    It must never read as the learner's mistake: it names the part of the course
+    that failed, the library versions, and says plainly that it is not their code.
+    """
+    frames = [Path(tb.tb_frame.f_code.co_filename) for tb in _walk(error.__traceback__)]
+    library = any(part in ("transformers", "torch") for frame in frames for part in frame.parts)
+    part = "Hugging Face reference" if library or any(f.name == "reference.py" for f in frames) else "check"
+    ours = [tb for tb in _walk(error.__traceback__) if _inside_course(tb.tb_frame.f_code.co_filename)]
+    where = f" at {shown(ours[-1].tb_frame.f_code.co_filename)}, line {ours[-1].tb_lineno}" if ours else ""
+    return (
+        f"the course's {part} failed ({versions()}): {describe(error)}{where} "
+        f"— not your code; {REPORT_TO}"
+    )
+
+
+def _inside_course(filename: str) -> bool:
+    try:
+        Path(filename).resolve().relative_to(ROOT)
+    except ValueError:
+        return False
+    return "site-packages" not in filename
+
+

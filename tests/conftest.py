@@ -2,7 +2,10 @@
 
 * ``-m stepNN`` selects one step's checks (one marker per step, see pyproject.toml).
 * ``--target solutions`` (the default) checks ``solutions/``; ``--target steps`` checks
-  the learner's ``steps/`` (``--steps-dir`` points it at another folder).
+  the learner's ``steps/`` (``--steps-dir`` points it at another folder). Both options
+  live in ``course/pytest_plugin.py``, which pytest loads before it reads paths.
+* An exception raised by the course itself (not by the learner's file) is reported as
+  the course's failure, never as the learner's (``course_fault``).
 * Each report carries a plain title, a plain reason when it fails, and the worst
   mismatch it measured; ``course.check`` prints those for learners.
 """
@@ -10,31 +13,14 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
 from course import runtime
-from course.hints import explain_exception
-from course.outline import OUTLINE, SOLUTIONS, STEPS, marker
+from course.hints import explain_course_fault, explain_exception, raised_in
+from course.outline import OUTLINE, SOLUTIONS, marker
 
 import harness
-
-
-def pytest_addoption(parser):
-    group = parser.getgroup("course")
-    group.addoption(
-        "--target",
-        choices=("solutions", "steps"),
-        default="solutions",
-        help="which code the checks grade: the finished solutions/ (default) or your steps/",
-    )
-    group.addoption(
-        "--steps-dir",
-        type=Path,
-        default=STEPS,
-        help="the folder --target steps reads (default: steps/)",
-    )
 
 
 def pytest_configure(config):
@@ -82,9 +68,17 @@ def pytest_runtest_makereport(item, call):
         error = call.excinfo.value
         if isinstance(error, pytest.fail.Exception):
             report.course_reason = str(error)
-        else:
-            module = getattr(item, "funcargs", {}).get("step")
-            try:
-                report.course_reason = explain_exception(error, getattr(module, "__file__", None))
-            except Exception:  # noqa: BLE001 - a hint must never take the run down with it
-                report.course_reason = f"{type(error).__name__}: {error}"
+            return
+        # Learner code runs inside harness.call/forward, which turn its errors into
+        # pytest.fail. An exception that gets here was raised by the course itself (the
+        # Hugging Face reference, the harness, the weight conversion), unless the
+        # learner's file is on its traceback: never blame the learner's TODO for it.
+        source = getattr(getattr(item, "funcargs", {}).get("step"), "__file__", None)
+        try:
+            if raised_in(error, source):
+                report.course_reason = explain_exception(error, source)
+            else:
+                report.course_reason = explain_course_fault(error)
+                report.course_fault = True
+        except Exception:  # noqa: BLE001 - a hint must never take the run down with it
+            report.course_reason = f"{type(error).__name__}: {error}"

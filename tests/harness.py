@@ -201,3 +201,43 @@ def _source_file(obj) -> str | None:
         return inspect.getsourcefile(obj)
     except TypeError:
         return None
+
+
+# --- steps 05-11
+
+
+def rejects(fn, *args, error: type[Exception] | tuple[type[Exception], ...], what: str, why: str, **kwargs) -> str:
+    """Checks that learner code refuses a misuse with ``error``; returns the message it gave.
+
+    ``why`` says what was wrong with the input, for the learner, when the call
+    was accepted. The checks in question are given code (``check_token_ids``, …):
+    a failure here usually means the learner's forward no longer calls them.
+    """
+    from max.experimental.tensor import Tensor
+
+    try:
+        result = fn(*args, **kwargs)
+        if result is None and not isinstance(fn, (type, types.FunctionType)):
+            fail(f"{what} returned None — finish {todo_in(getattr(fn, 'forward', fn))}")
+        if isinstance(result, Tensor):
+            result.to_numpy()  # a lazily-raised error counts as a refusal too
+    except error as raised:
+        message = str(raised).strip()
+        if not message:
+            fail(f"{what} raised {type(raised).__name__} without a message; say what was given and what is expected")
+        return message
+    except Exception as raised:  # noqa: BLE001 - reported, with the learner's line
+        kinds = " or ".join(e.__name__ for e in (error if isinstance(error, tuple) else (error,)))
+        fail(f"{what} raised {explain_exception(raised, _source_file(fn))}; expected a clear {kinds} ({why})")
+    fail(f"{what} was accepted, but {why} — keep the given check at the top of forward")
+
+
+def forward_with(module, *inputs: np.ndarray, what: str | None = None, **kwargs):
+    """:func:`forward` with keyword arguments passed through as they are (``past_len=5``)."""
+    given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+    what = what or f"{type(module).__name__}.forward(…, {given})"
+    result = call(module, *(runtime.from_numpy(x) for x in inputs), what=what, **kwargs)
+    try:
+        return runtime.to_numpy(result)
+    except Exception as error:  # noqa: BLE001 - a lazily-raised MAX error is still the learner's
+        fail(f"{what} gave a value MAX could not compute: {explain_exception(error, None)}")

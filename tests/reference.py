@@ -16,7 +16,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 import transformers
+from transformers import DynamicCache
+from transformers.masking_utils import create_causal_mask
 from transformers.pytorch_utils import Conv1D
+
+#: The transformers release under test, named when the reference itself fails.
+VERSION = transformers.__version__
 
 SMALL = dict(vocab_size=96, n_positions=32, n_embd=64, n_layer=2, n_head=4)
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
@@ -38,6 +43,34 @@ def hf_config(**sizes) -> transformers.GPT2Config:
     )
     config._attn_implementation = "eager"  # the reference that can return attention weights
     return config
+
+
+def hf_causal_mask(seq_len: int, past_len: int = 0, sizes: dict | None = None) -> np.ndarray:
+    """The additive ``[seq_len, past_len + seq_len]`` mask that ``GPT2Model`` builds.
+
+    ``GPT2Attention`` and ``GPT2Block`` called on their own are *not* causal: the mask
+    comes from ``GPT2Model``, through ``create_causal_mask``. This calls it as the model
+    does, with a cache holding ``past_len`` tokens. Blocked entries hold float32's most
+    negative number (about -3.4e38), not ``-inf``.
+
+    Written against what transformers 5.12 (MAX 26.7's serving pin) and the newest 5.x
+    share: with the eager attention implementation the mask is always materialized, so
+    no version-specific argument (5.13's ``allow_is_causal_skip``) is needed.
+    """
+    config = hf_config(**(sizes or SMALL))
+    head_dim = config.n_embd // config.n_head
+    cache = DynamicCache(config=config)
+    if past_len:
+        past = torch.zeros(1, config.n_head, past_len, head_dim)
+        cache.update(past, past, 0)
+    mask = create_causal_mask(
+        config=config,
+        inputs_embeds=torch.zeros(1, seq_len, config.n_embd),
+        attention_mask=None,
+        past_key_values=cache,
+        position_ids=torch.arange(past_len, past_len + seq_len)[None],
+    )
+    return mask[0, 0].numpy()
 
 
 def seeded(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -99,6 +132,31 @@ def run(module: torch.nn.Module, *inputs: np.ndarray) -> np.ndarray:
     """Runs a Hugging Face module on NumPy inputs; returns float32 NumPy."""
     with torch.no_grad():
         out = module(*(torch.from_numpy(x) for x in inputs))
+    if isinstance(out, tuple):
+        out = out[0]
+    return out.numpy().astype(np.float32)
+
+
+# --- steps 05-11
+
+
+def token_ids(batch: int, seq: int, vocab_size: int, seed: int = 2) -> np.ndarray:
+    """Seeded int64 token ids ``[batch, seq]`` that include both ends of the vocabulary."""
+    ids = np.random.default_rng(seed).integers(0, vocab_size, size=(batch, seq), dtype=np.int64)
+    ids.flat[0] = 0
+    ids.flat[-1] = vocab_size - 1
+    return ids
+
+
+def run_masked(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
+    """Runs ``GPT2Attention`` or ``GPT2Block`` on ``x`` ``[batch, seq, n_embd]`` with the causal mask.
+
+    Called on their own, those modules are not causal (``GPT2Model`` builds the
+    mask), so this passes the mask ``GPT2Model`` would, from :func:`hf_causal_mask`.
+    """
+    mask = torch.from_numpy(hf_causal_mask(x.shape[1]))[None, None]
+    with torch.no_grad():
+        out = module(torch.from_numpy(x), attention_mask=mask)
     if isinstance(out, tuple):
         out = out[0]
     return out.numpy().astype(np.float32)

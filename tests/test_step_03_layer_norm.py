@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-from harness import assert_close, attribute, build, forward, load_weights
+from harness import assert_close, attribute, build, fail, forward, load_weights, todo_in
 from reference import CONFIGS, hf_config, hidden_states, run, seeded, to_max_state
 
 pytestmark = pytest.mark.step03
@@ -30,7 +30,39 @@ def _check(step, torch_norm: torch.nn.LayerNorm, what: str, **kwargs):
     mine = build(attribute(step, "LayerNorm"), width, **kwargs)
     load_weights(mine, to_max_state(torch_norm))
     x = _inputs(width)
-    assert_close(forward(mine, x), run(torch_norm, x), what)
+    try:
+        assert_close(forward(mine, x), run(torch_norm, x), what)
+    except pytest.fail.Exception as mismatch:
+        _diagnose_axis(step, x, torch_norm.eps, mismatch, **kwargs)
+        raise
+
+
+def _diagnose_axis(step, x: np.ndarray, eps: float, mismatch, **kwargs) -> None:
+    """Names a reduction over the wrong axis, when that is certain.
+
+    With weight 1 and bias 0, every token whose values vary far more than eps must come
+    out with mean 0 and variance 1 over its last axis, whatever eps is. When those
+    tokens do not, but the output's mean is 0 over another axis, the statistics were
+    taken over that axis.
+    """
+    cls = attribute(step, "LayerNorm")
+    plain = build(cls, x.shape[-1], **kwargs)
+    load_weights(plain, {"weight": np.ones(x.shape[-1], np.float32), "bias": np.zeros(x.shape[-1], np.float32)})
+    y = forward(plain, x).astype(np.float64)
+    varied = x.var(axis=-1) > 1000 * eps  # tokens where eps cannot matter
+    mean, var = y.mean(axis=-1)[varied], y.var(axis=-1)[varied]
+    if np.abs(mean).max() < 1e-3 and np.abs(var - 1).max() < 1e-2:
+        return  # the statistics are right; the mismatch is elsewhere
+    others = [axis for axis in range(x.ndim - 1) if np.abs(y.mean(axis=axis)).max() < 1e-3]
+    if not others:
+        return
+    fail(
+        f"the statistics were not taken over the last axis: with weight 1 and bias 0 a token's "
+        f"output should have mean 0 and variance 1 over its {x.shape[-1]} features, but it has mean "
+        f"up to {np.abs(mean).max():.3g} and variance {var.min():.3g}–{var.max():.3g}; the output "
+        f"averages to 0 over axis {others[0]} instead (x has shape {list(x.shape)}) — "
+        f"{todo_in(cls.forward)}. ({mismatch})"
+    )
 
 
 @pytest.mark.parametrize("width", [64, 768])

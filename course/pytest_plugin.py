@@ -1,0 +1,31 @@
+"""The course's command-line options for pytest, loaded before pytest reads its arguments.
+
+``pyproject.toml`` loads this module with ``-p course.pytest_plugin`` in ``addopts``.
+Options registered in ``tests/conftest.py`` arrive too late: pytest reads path
+arguments before it loads that conftest, so ``python -m pytest -m step04 --target
+steps`` would take ``steps`` for a path and stop with "unrecognized arguments".
+A plugin named with ``-p`` is loaded first, so both spellings work:
+``--target steps`` and ``--target=steps``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from course.outline import STEPS
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("course")
+    group.addoption(
+        "--target",
+        choices=("solutions", "steps"),
+        default="solutions",
+        help="which code the checks grade: the finished solutions/ (default) or your steps/",
+    )
+    group.addoption(
+        "--steps-dir",
+        type=Path,
+        default=STEPS,
+        help="the folder --target steps reads (default: steps/)",
+    )

@@ -1,0 +1,102 @@
+# Your file for step 07: fill in its TODOs, then run `pixi run s07`.
+# (Rendered from solutions/step_07_attention.py by `python -m course.render`.)
+"""Step 07 · Multi-head causal self-attention.
+
+Attention is where tokens exchange information. Each token makes three vectors
+from its own ``n_embd`` numbers:
+
+* a **query** q: what am I looking for?
+* a **key** k: what do I contain?
+* a **value** v: what do I pass on to whoever attends to me?
+
+Token ``i`` scores every key ``j`` with a dot product, ``q_i · k_j``, divided by
+``sqrt(head_dim)`` so the scores do not grow with the width. The causal mask
+(step 02) adds ``-inf`` wherever ``j`` is in ``i``'s future. A softmax over the
+keys turns each row of scores into weights that sum to 1, and token ``i``'s
+output is the weighted sum of the values:
+
+    attention(Q, K, V) = softmax(Q Kᵀ / sqrt(head_dim) + mask) V
+
+**Heads.** GPT-2 runs ``n_head`` attentions side by side, each on its own
+``head_dim = n_embd / n_head`` slice of q, k and v, so each head can look for a
+different kind of relation. The heads become a batch axis:
+
+    x              [B, T, C]             C = n_embd
+    c_attn(x)      [B, T, 3C]            q, k and v side by side, in that order
+    q, k, v        [B, T, C] each
+    split_heads    [B, H, T, D]          H = n_head, D = head_dim, C = H * D
+    scores         [B, H, T, T]          q @ kᵀ: one row of scores per query
+    weights @ v    [B, H, T, D]
+    merge_heads    [B, T, C]             the heads side by side again
+    c_proj         [B, T, C]             mixes what the heads found
+
+``c_attn`` and ``c_proj`` are the checkpoint's names. ``c_attn`` computes q, k
+and v with one ``[3C, C]`` weight: the first C outputs are q, the next C are k,
+the last C are v.
+
+``attend`` takes ``past_len`` so that step 15 can reuse it with a KV cache, where
+the keys and values include ``past_len`` earlier tokens.
+
+Check this step with ``pixi run s07``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from max.experimental import functional as F
+from max.experimental.nn import Linear, Module
+from max.experimental.tensor import Tensor
+
+from step_01_config import GPT2Config
+from step_02_causal_mask import causal_mask
+
+
+class CausalSelfAttention(Module):
+    """GPT-2's masked multi-head self-attention."""
+
+    def __init__(self, config: GPT2Config):
+        self.n_embd = config.n_embd
+        self.n_head = config.n_head
+        self.head_dim = config.head_dim
+        # TODO 1: Create the two linear layers (both with bias):
+        #   c_attn maps n_embd to 3 * n_embd (q, k and v in one multiply);
+        #   c_proj maps n_embd to n_embd (applied after the heads are merged).
+        self.c_attn = self.c_proj = None
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """[B, T, C] -> [B, H, T, D]: gives each head its own slice of every token."""
+        # TODO 2: Reshape the last axis C into (n_head, head_dim), then move the head
+        #   axis in front of the token axis.
+        # Hint: x.reshape([...]) accepts x.shape[0] and x.shape[1] as sizes;
+        #   x.transpose(a, b) swaps two axes.
+        return None
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, past_len: int = 0) -> Tensor:
+        """Scaled dot-product attention with the causal mask, per head.
+
+        q is [B, H, T, D] for T new tokens; k and v are [B, H, past_len + T, D].
+        Returns [B, H, T, D].
+        """
+        seq_len = int(q.shape[2])
+        # TODO 3: Score every query against every key, scaled by 1 / sqrt(head_dim);
+        #   add causal_mask(seq_len, past_len) from step 02; softmax over the keys;
+        #   return the weighted sum of the values.
+        # Hint: a @ b multiplies the last two axes (the others are batch axes), so
+        #   q @ (k with its last two axes swapped) is [B, H, T, past_len + T].
+        #   F.softmax takes an axis: which axis holds the keys?
+        return None
+
+    def merge_heads(self, y: Tensor) -> Tensor:
+        """[B, H, T, D] -> [B, T, C]: the inverse of split_heads."""
+        # TODO 4: Move the head axis back behind the token axis, then join
+        #   (n_head, head_dim) into one axis of n_embd.
+        # Hint: reshape only regroups numbers in their memory order; which axes must
+        #   be next to each other before H and D can become one?
+        return None
+
+    def forward(self, x: Tensor) -> Tensor:
+        # TODO 5: Compute q, k, v with c_attn and split them apart (q first, then k,
+        #   then v); split each into heads; attend; merge the heads; project with c_proj.
+        # Hint: F.split(t, [n, n, n], axis=-1) cuts the last axis into three pieces.
+        return None

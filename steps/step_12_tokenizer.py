@@ -1,0 +1,135 @@
+# Your file for step 12: fill in its TODOs, then run `pixi run s12`.
+# (Rendered from solutions/step_12_tokenizer.py by `python -m course.render`.)
+"""Step 12 · Tokenization: GPT-2's byte-level BPE.
+
+The model reads token ids (step 05); people write text. GPT-2's tokenizer
+turns one into the other with byte-pair encoding (BPE) over bytes:
+
+    text      "Hello world<|endoftext|>"
+    pieces    "Hello", " world"           pre-tokenized by a given regex
+    bytes     48 65 6c 6c 6f | 20 77 ...  UTF-8: any text, no unknown tokens
+    symbols   "Hello", "Ġworld"           each byte as a printable stand-in
+    merges    H e l l o -> Hel lo -> Hello     lowest-ranked pair first
+    ids       [15496, 995, 50256]         vocab.json; the special token whole
+
+Decoding runs the other way: ids -> stand-ins -> bytes -> UTF-8 text, with any
+invalid UTF-8 shown as U+FFFD instead of raising.
+
+The two files are GPT-2's: ``vocab.json`` maps each token to its id, and
+``merges.txt`` lists the 50,000 merges, best (lowest rank) first. No MAX in
+this step: it is plain Python.
+
+Check this step with ``pixi run s12``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import regex
+
+#: GPT-2's pre-tokenization pattern (given): contractions, a letter run, a digit
+#: run or a punctuation run (each with at most one leading space), then
+#: whitespace. BPE never merges across the pieces it cuts.
+PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+#: GPT-2's one special token: it separates documents and is never split.
+END_OF_TEXT = "<|endoftext|>"
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """Maps each of the 256 byte values to a printable character, as GPT-2 does."""
+    # TODO 1: Build the table {byte: character} for all 256 bytes. Bytes whose
+    #   Latin-1 character is printable map to that character: "!" to "~" (33-126),
+    #   "¡" to "¬" (161-172) and "®" to "ÿ" (174-255). The other 68 bytes (0-32,
+    #   127-160 and 173) map, in increasing order, to chr(256), chr(257), ...
+    # Hint: so byte 32 (a space) becomes chr(256 + 32) = "Ġ", the "Ġ" that starts
+    #   so many entries of vocab.json.
+    return None
+
+
+
+
+class Tokenizer:
+    """GPT-2's byte-level BPE tokenizer: ``encode(text) -> ids``, ``decode(ids) -> text``."""
+
+    def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]]):
+        self.encoder = vocab  # token (in stand-in characters) -> id
+        self.decoder = {i: token for token, i in vocab.items()}  # id -> token
+        self.ranks = {pair: rank for rank, pair in enumerate(merges)}  # (left, right) -> rank
+        self.byte_encoder = bytes_to_unicode()
+        self.byte_decoder = {char: byte for byte, char in self.byte_encoder.items()}
+        self.eot_id = vocab[END_OF_TEXT]
+        self.cache: dict[str, list[int]] = {}  # piece of text -> its ids
+
+    @classmethod
+    def from_files(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
+        """Reads GPT-2's ``vocab.json`` and ``merges.txt`` (given)."""
+        vocab = json.loads(Path(vocab_json).read_text(encoding="utf-8"))
+        merges = []
+        for line in Path(merges_txt).read_text(encoding="utf-8").splitlines():
+            if line.startswith("#version") or not line.strip():
+                continue
+            left, right = line.split()
+            merges.append((left, right))
+        return cls(vocab, merges)
+
+    @classmethod
+    def from_dir(cls, folder: str | Path) -> Tokenizer:
+        """Reads ``vocab.json`` and ``merges.txt`` from one folder (given)."""
+        return cls.from_files(Path(folder) / "vocab.json", Path(folder) / "merges.txt")
+
+    def bpe(self, word: str) -> list[str]:
+        """Splits a word (in stand-in characters) into the tokens its merges make."""
+        symbols = list(word)
+        # TODO 2: While two or more symbols remain: among the neighbouring pairs
+        #   that are in self.ranks, take the one with the lowest rank (the merge
+        #   learned first); stop when no pair is. Merge every occurrence of that
+        #   pair, left to right, into one symbol, and look again.
+        # Hint: "aaa" with the merge (a, a) becomes ["aa", "a"]: after a merge, the
+        #   scan goes on after the merged pair, never inside it.
+        return None
+
+
+    def encode_piece(self, piece: str) -> list[int]:
+        """The ids of one pre-tokenized piece of text (" world" -> [995])."""
+        # TODO 3: Turn the piece into its UTF-8 bytes, each byte into its stand-in
+        #   character (self.byte_encoder), merge them with self.bpe, and look each
+        #   token up in self.encoder.
+        # Hint: " world".encode("utf-8") gives the bytes; "".join(...) makes the word.
+        return None
+
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Encodes text that holds no special token."""
+        ids = []
+        for piece in PATTERN.findall(text):
+            # TODO 4: Remember each piece's ids in self.cache, and reuse them when
+            #   the piece comes again (GPT-2's encoder does the same). Real text
+            #   repeats its words, so most pieces skip the merge loop entirely.
+            # Hint: look the piece up first; only on a miss call encode_piece and
+            #   store what it returns.
+            ids.extend(self.encode_piece(piece))
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> token ids, with every ``<|endoftext|>`` as the one id self.eot_id."""
+        # TODO 5: Split the text on END_OF_TEXT first, encode each part with
+        #   encode_ordinary, and put self.eot_id between the parts.
+        # Hint: "a<|endoftext|>b".split(END_OF_TEXT) is ["a", "b"]. Splitting first
+        #   keeps the regex from cutting the special token into "<|", "endoftext", "|>".
+        return None
+
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
+        for i in ids:  # given: a clear error for an id the vocabulary does not have
+            if i not in self.decoder:
+                raise ValueError(f"token id {i!r} is not in the vocabulary (ids run from 0 to {len(self.decoder) - 1})")
+        # TODO 6: Join the ids' tokens, turn each stand-in character back into its
+        #   byte (self.byte_decoder), and decode the bytes as UTF-8 with invalid
+        #   sequences replaced by U+FFFD.
+        # Hint: one token can hold half of a character (an emoji is 4 bytes and may
+        #   span tokens), so decode all the bytes at once, with errors="replace".
+        return None

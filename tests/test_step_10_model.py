@@ -1,0 +1,134 @@
+"""Step 10 · GPT2Model against Hugging Face's GPT2Model.
+
+Compares the last hidden state (``ln_f`` applied) with Hugging Face's
+``last_hidden_state``. When they differ, the check finds the first place that
+does: it records what each of the learner's blocks ``h[i]`` reads and returns (by
+wrapping their ``forward``) and compares that with Hugging Face's blocks (forward
+hooks; Hugging Face's last ``hidden_states`` entry already has ``ln_f`` applied, so
+block outputs come from the hooks instead).
+
+Depth: the small config has 2 blocks; a second variant has 3 blocks with
+``n_inner`` and a large ``layer_norm_epsilon`` (0.1), so that a hard-coded
+``ln_f`` epsilon, a block used twice or a block skipped shows. GPT-2 small's real
+dimensions are checked through the whole model in step 11 (at reduced depth:
+MAX runs each op eagerly, about 1 s per block at that width on 2 cores).
+
+The parameter count is compared with Hugging Face's ``num_parameters()`` for the
+four GPT-2 sizes (124M, 355M, 774M, 1558M), both built without computing a weight
+(MAX inside ``F.lazy()``, PyTorch on the meta device). The head adds no parameter
+(it is tied to ``wte``, step 11), so these are the whole models' counts too.
+
+Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst case |Δ| on
+solutions/: 2.1e-6 for 2 blocks, 1.5e-6 for 3 (``ln_f`` renormalizes, so depth barely
+shows at this size; before ``ln_f`` the stream is of size ~20). A missing ``ln_f`` is
+off by 17.8, a skipped first block by 4.8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from course.runtime import to_numpy
+from harness import assert_close, attribute, build, fail, forward, load_weights, solution
+from reference import SMALL, hf_config, seeded, to_max_state, token_ids
+
+pytestmark = pytest.mark.step10
+
+VARIANTS = {
+    "small": SMALL,
+    "3 blocks, n_inner=48, eps=0.1": dict(SMALL, n_layer=3, n_inner=48, layer_norm_epsilon=0.1),
+}
+
+
+#: GPT-2's four released sizes (the rest as GPT-2 small).
+SIZES = {
+    "gpt2 (124M)": dict(n_embd=768, n_layer=12, n_head=12),
+    "gpt2-medium (355M)": dict(n_embd=1024, n_layer=24, n_head=16),
+    "gpt2-large (774M)": dict(n_embd=1280, n_layer=36, n_head=20),
+    "gpt2-xl (1558M)": dict(n_embd=1600, n_layer=48, n_head=25),
+}
+
+
+def _record_blocks(model) -> list[tuple[int, object, object]]:
+    """Wraps each of ``model.h``'s blocks so every call appends (index, input, output)."""
+    calls: list[tuple[int, object, object]] = []
+    blocks = getattr(model, "h", None)
+    if not isinstance(blocks, (list, tuple)):
+        return calls
+    for index, block in enumerate(blocks):
+        original = block.forward
+
+        def recorded(x, *args, _index=index, _original=original, **kwargs):
+            y = _original(x, *args, **kwargs)
+            calls.append((_index, x, y))
+            return y
+
+        object.__setattr__(block, "forward", recorded)  # on this instance only
+    return calls
+
+
+def _hf_block_outputs(reference, ids: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """Hugging Face's embeddings, each block's output, and the last hidden state."""
+    outputs: list[np.ndarray] = []
+
+    def keep(module, args, output):
+        outputs.append((output[0] if isinstance(output, tuple) else output).detach().numpy())
+
+    hooks = [block.register_forward_hook(keep) for block in reference.h]
+    try:
+        with torch.no_grad():
+            out = reference(torch.from_numpy(ids), output_hidden_states=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return out.hidden_states[0].numpy(), outputs, out.last_hidden_state.numpy()
+
+
+def _first_divergence(calls, embeddings, block_outputs, n_layer: int) -> str:
+    """Where the learner's model first departs from Hugging Face's, in words."""
+    order = [index for index, _, _ in calls]
+    if order != list(range(n_layer)):
+        return f"the blocks ran in the order {order}; GPT-2 runs h[0] … h[{n_layer - 1}], each once, in order"
+    close = lambda a, b: np.allclose(to_numpy(a), b, atol=1e-4, rtol=1e-4)  # noqa: E731
+    if not close(calls[0][1], embeddings):
+        return "h[0] does not read the embeddings wte(ids) + wpe(positions) (step 06's forward)"
+    for index, x, y in calls:
+        if index and not close(x, block_outputs[index - 1]):
+            return f"h[{index}] does not read h[{index - 1}]'s output"
+        if not close(y, block_outputs[index]):
+            return f"h[{index}]'s output is the first that differs from Hugging Face's"
+    return "every block's output agrees with Hugging Face's, so the difference comes after the last block (ln_f)"
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_matches_gpt2_model(step, name):
+    """GPT2Model's last hidden state matches Hugging Face GPT2Model"""
+    hf = hf_config(**VARIANTS[name])
+    reference = seeded(transformers.GPT2Model(hf), seed=10)
+    mine = build(attribute(step, "GPT2Model"), solution(1).GPT2Config.from_hf(hf))
+    load_weights(mine, to_max_state(reference))
+    calls = _record_blocks(mine)
+    ids = token_ids(2, 7, hf.vocab_size)
+    got = forward(mine, ids)
+    embeddings, block_outputs, expected = _hf_block_outputs(reference, ids)
+    try:
+        assert_close(got, expected, f"last hidden state vs Hugging Face GPT2Model ({name})")
+    except pytest.fail.Exception as failure:
+        where = _first_divergence(calls, embeddings, block_outputs, hf.n_layer)
+        fail(f"{failure.msg}. Where it starts: {where}")
+
+
+def test_parameter_count_matches_gpt2_sizes(step):
+    """parameter count equals Hugging Face's for GPT-2 small, medium, large and XL"""
+    cls = attribute(step, "GPT2Model")
+    config_class = solution(1).GPT2Config
+    for name, sizes in SIZES.items():
+        mine = build(cls, config_class(**sizes))  # lazily: no weight is computed
+        total = sum(int(np.prod([int(d) for d in value.shape])) for _, value in mine.parameters)
+        with torch.device("meta"):  # nor here
+            theirs = transformers.GPT2Model(hf_config(**sizes)).num_parameters()
+        if total != theirs:
+            fail(f"{name}: your GPT2Model has {total:,} parameters, Hugging Face's {theirs:,}")
