@@ -242,7 +242,7 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
     checked = shown(steps_dir) if target == "steps" else shown(SOLUTIONS)
     console.print(f"[bold]{label} · {title}[/] [dim](checking {checked}/)[/]")
     if _cache_is_cold():
-        console.print("[yellow]First run on this machine: MAX compiles the kernels it needs (2-4 minutes, once).[/]")
+        console.print("[yellow]First run on this machine: MAX compiles the kernels it needs (up to a few minutes per step, once; later runs take seconds).[/]")
     # Only these steps' test files: a problem in another step's checks cannot stop this one.
     files = [str(path) for n in numbers for path in sorted((ROOT / "tests").glob(f"test_step_{n:02d}_*.py"))]
     args = [

@@ -29,3 +29,12 @@ def pytest_addoption(parser):
         default=STEPS,
         help="the folder --target steps reads (default: steps/)",
     )
+
+
+def pytest_configure(config):
+    # Every skip prints its reason in pytest's summary: a skip is never silent. (Set
+    # here, not as -rs in addopts: the runner turns pytest's terminal plugin off, and
+    # with it the -r option.)
+    chars = getattr(config.option, "reportchars", None)
+    if chars is not None and "s" not in chars and "a" not in chars.lower():
+        config.option.reportchars = chars + "s"

@@ -186,9 +186,11 @@ def test_a_step_without_code_says_so_in_one_line(number):
         assert "arrives with" not in text, f"{link}: step {number} has landed, but its page says it has not"
 
 
-@pytest.mark.parametrize("number", [n for n in available() if n <= 11])
+@pytest.mark.parametrize("number", list(OUTLINE))
 def test_a_chapter_has_every_part(number):
     """each chapter explains, lists its TODOs as the stub does, shows real runs, an experiment, exercises"""
+    if number not in available():
+        pytest.skip(f"pending: step {number:02d} ({OUTLINE[number]}) has not landed; its chapter is one line until it does")
     chapter = BOOK / step_path(number).with_suffix(".md").name
     text = chapter.read_text()
     for heading in ("## What to build", "## Check your work", "## Exercises", "## What to remember"):
