@@ -71,32 +71,29 @@ class CompileNotice:
     def __init__(self, quiet: float = QUIET_SECONDS):
         self.quiet = quiet
         self.out = _uncaptured_console()
-        self._lock = threading.Lock()
-        self._running: threading.Event | None = None
+        self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         self.stop()
-        running = self._running = threading.Event()
-        running.set()
-        self._thread = threading.Thread(target=self._watch, args=(running, time.perf_counter()), daemon=True)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(self._stopped, time.perf_counter()), daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        with self._lock:
-            if self._running is not None:
-                self._running.clear()
-                self._running = None
-        # Joined, never left running: a thread alive while MAX shuts down can abort the
-        # process ("terminate called without an active exception").
+        """Ends the watch; returns once its thread is gone, so no notice follows a result line.
+
+        Joined, never left running: a thread alive while MAX shuts down can abort the
+        process ("terminate called without an active exception")."""
+        self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def _watch(self, running: threading.Event, started: float) -> None:
+    def _watch(self, stopped: threading.Event, started: float) -> None:
         before = _newest_in_cache()
         status = None
-        while not _sleep_unless_stopped(running, 1.0):
+        while not stopped.wait(1.0):
             quiet = time.perf_counter() - started
             if quiet < self.quiet or _newest_in_cache() <= before:
                 continue
@@ -104,17 +101,16 @@ class CompileNotice:
                 f"MAX is compiling a kernel this machine has not used before ({quiet:.0f} s). "
                 "It happens once: later runs reuse it."
             )
-            with self._lock:
-                if not running.is_set():
-                    break
-                if not self.out.is_terminal:
-                    self.out.print(f"  [dim]… {text}[/]")
-                    return
-                if status is None:
-                    status = self.out.status(f"[dim]{text}[/]")
-                    status.start()
-                else:
-                    status.update(f"[dim]{text}[/]")
+            if stopped.is_set():  # the check ended while the cache was read
+                break
+            if not self.out.is_terminal:
+                self.out.print(f"  [dim]… {text}[/]")
+                return
+            if status is None:
+                status = self.out.status(f"[dim]{text}[/]")
+                status.start()
+            else:
+                status.update(f"[dim]{text}[/]")
         if status is not None:
             status.stop()
 
@@ -126,16 +122,6 @@ def _uncaptured_console() -> Console:
     except (AttributeError, OSError, ValueError):  # no real stdout (an embedding host)
         return console
     return Console(file=out, highlight=False, soft_wrap=True)
-
-
-def _sleep_unless_stopped(running: threading.Event, seconds: float) -> bool:
-    """Sleeps up to ``seconds``; True when the check finished meanwhile."""
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        if not running.is_set():
-            return True
-        time.sleep(0.05)
-    return not running.is_set()
 
 
 class Report:

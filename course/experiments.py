@@ -117,50 +117,55 @@ def _block_under(chapter: Path, lines: list[str], i: int) -> tuple[tuple[int, in
     return None, ""
 
 
-def find(chapters: list[Path] | None = None) -> list[Experiment]:
-    """Every experiment marker in the book's chapters, in page order."""
-    chapters = sorted(BOOK.glob("*.md")) if chapters is None else chapters
-    found = []
-    for chapter in chapters:
+def _marked(pattern: re.Pattern, chapters: list[Path] | None):
+    """(chapter, marker line index, match, block, recorded) for every line ``pattern`` matches."""
+    for chapter in sorted(BOOK.glob("*.md")) if chapters is None else chapters:
         lines = chapter.read_text().splitlines()
         for i, line in enumerate(lines):
-            match = MARKER.match(line.strip())
-            if match:
-                block, recorded = _block_under(chapter, lines, i)
-                found.append(Experiment(chapter, (chapter.parent / match.group(1)).resolve(), i, block, recorded))
-    return found
+            if match := pattern.match(line.strip()):
+                yield (chapter, i, match, *_block_under(chapter, lines, i))
+
+
+def find(chapters: list[Path] | None = None) -> list[Experiment]:
+    """Every experiment marker in the book's chapters, in page order."""
+    return [
+        Experiment(chapter, (chapter.parent / match.group(1)).resolve(), i, block, recorded)
+        for chapter, i, match, block, recorded in _marked(MARKER, chapters)
+    ]
 
 
 def find_check_outputs(chapters: list[Path] | None = None) -> list[CheckOutput]:
     """Every check-output marker in the book's chapters, in page order."""
-    chapters = sorted(BOOK.glob("*.md")) if chapters is None else chapters
-    found = []
-    for chapter in chapters:
-        lines = chapter.read_text().splitlines()
-        for i, line in enumerate(lines):
-            match = CHECK_MARKER.match(line.strip())
-            if match:
-                block, recorded = _block_under(chapter, lines, i)
-                found.append(CheckOutput(chapter, int(match.group(1)), match.group(2), i, block, recorded))
-    return found
+    return [
+        CheckOutput(chapter, int(match.group(1)), match.group(2), i, block, recorded)
+        for chapter, i, match, block, recorded in _marked(CHECK_MARKER, chapters)
+    ]
 
 
 _TIMING = re.compile(r"\((\d+(?:\.\d+)?) s(, max \|Δ\| [-+.\deE]+)?(, argmax agrees \d+/\d+)?\)")
 _DELTA = re.compile(r"max \|Δ\| = [-+.\deE]+")
 
 
-def normalize_check(text: str, steps_dir: Path | str | None = None) -> str:
-    """A check's output with what changes from run to run taken out: timings, ``max |Δ|``
-    values, the scratch folder (shown as ``steps/``), the first-run compile notes and
-    the colour codes. Both the page and a fresh run go through this before comparing."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def clean_check(text: str, steps_dir: Path | str | None = None) -> str:
+    """A check's output as a page shows it: no colour codes, the scratch folder shown as
+    ``steps/``, and no first-run compile notes (they depend on the machine's cache)."""
+    text = _COLOUR.sub("", text)
     if steps_dir is not None:
-        folder = str(steps_dir).rstrip("/")
-        text = text.replace(folder + "/", "steps/")
+        text = text.replace(str(steps_dir).rstrip("/") + "/", "steps/")
+    return "\n".join(
+        line for line in normalize(text).splitlines()
+        if not line.startswith("First run on this machine") and not line.startswith("  … ")
+    )
+
+
+def normalize_check(text: str, steps_dir: Path | str | None = None) -> str:
+    """:func:`clean_check`, and with what changes from run to run taken out too: timings
+    and ``max |Δ|`` values. Both the page and a fresh run go through this before comparing."""
     lines = []
-    for line in normalize(text).splitlines():
-        if line.startswith("First run on this machine") or line.startswith("  … "):
-            continue
+    for line in clean_check(text, steps_dir).splitlines():
         line = _TIMING.sub(lambda m: "(… s" + (", max |Δ| …" if m.group(2) else "") + (m.group(3) or "") + ")", line)
         lines.append(_DELTA.sub("max |Δ| = …", line))
     return "\n".join(lines)
@@ -246,9 +251,7 @@ def refresh_check_outputs(write: bool, only: list[str]) -> int:
             shutil.copy(path, Path(copies) / path.name)
         for block in blocks:
             folder = Path(stubs if block.kind == "stub" else copies)
-            real = normalize(re.sub(r"\x1b\[[0-9;]*m", "", _run_check(block.number, folder)))
-            real = "\n".join(line for line in real.replace(str(folder).rstrip("/") + "/", "steps/").splitlines()
-                             if not line.startswith("First run on this machine") and not line.startswith("  … "))
+            real = clean_check(_run_check(block.number, folder), folder)
             if block.block is not None and normalize_check(block.recorded) == normalize_check(real):
                 print(f"✓ {block.name}", file=sys.stderr)
             elif write:

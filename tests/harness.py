@@ -167,10 +167,14 @@ def load_weights(module, state: dict[str, np.ndarray]) -> None:
     module.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
 
 
-def forward(module, *inputs: np.ndarray, what: str | None = None):
-    """Runs a learner module eagerly on NumPy inputs; returns its output as NumPy."""
-    what = what or f"{type(module).__name__}.forward"
-    result = call(module, *(runtime.from_numpy(x) for x in inputs), what=what)
+def forward(module, *inputs: np.ndarray, what: str | None = None, **kwargs):
+    """Runs a learner module eagerly on NumPy inputs; returns its output as NumPy.
+
+    Keyword arguments go to the module as they are (``past_len=5``)."""
+    if what is None:
+        given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+        what = f"{type(module).__name__}.forward" + (f"(…, {given})" if kwargs else "")
+    result = call(module, *(runtime.from_numpy(x) for x in inputs), what=what, **kwargs)
     try:
         return runtime.to_numpy(result)
     except Exception as error:  # noqa: BLE001 - a lazily-raised MAX error is still the learner's
@@ -231,13 +235,3 @@ def rejects(fn, *args, error: type[Exception] | tuple[type[Exception], ...], wha
         fail(f"{what} raised {explain_exception(raised, _source_file(fn))}; expected a clear {kinds} ({why})")
     fail(f"{what} was accepted, but {why} — keep the given check at the top of forward")
 
-
-def forward_with(module, *inputs: np.ndarray, what: str | None = None, **kwargs):
-    """:func:`forward` with keyword arguments passed through as they are (``past_len=5``)."""
-    given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
-    what = what or f"{type(module).__name__}.forward(…, {given})"
-    result = call(module, *(runtime.from_numpy(x) for x in inputs), what=what, **kwargs)
-    try:
-        return runtime.to_numpy(result)
-    except Exception as error:  # noqa: BLE001 - a lazily-raised MAX error is still the learner's
-        fail(f"{what} gave a value MAX could not compute: {explain_exception(error, None)}")

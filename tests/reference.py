@@ -20,9 +20,6 @@ from transformers import DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.pytorch_utils import Conv1D
 
-#: The transformers release under test, named when the reference itself fails.
-VERSION = transformers.__version__
-
 SMALL = dict(vocab_size=96, n_positions=32, n_embd=64, n_layer=2, n_head=4)
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
 CONFIGS = {"small": SMALL, "gpt2-small": GPT2_SMALL}
@@ -128,10 +125,11 @@ def hidden_states(*shape: int, seed: int = 1, scale: float = 1.0) -> np.ndarray:
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
-def run(module: torch.nn.Module, *inputs: np.ndarray) -> np.ndarray:
-    """Runs a Hugging Face module on NumPy inputs; returns float32 NumPy."""
+def run(module: torch.nn.Module, *inputs: np.ndarray, **kwargs) -> np.ndarray:
+    """Runs a Hugging Face module on NumPy inputs (keyword arguments passed as they are);
+    returns float32 NumPy."""
     with torch.no_grad():
-        out = module(*(torch.from_numpy(x) for x in inputs))
+        out = module(*(torch.from_numpy(x) for x in inputs), **kwargs)
     if isinstance(out, tuple):
         out = out[0]
     return out.numpy().astype(np.float32)
@@ -154,9 +152,4 @@ def run_masked(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
     Called on their own, those modules are not causal (``GPT2Model`` builds the
     mask), so this passes the mask ``GPT2Model`` would, from :func:`hf_causal_mask`.
     """
-    mask = torch.from_numpy(hf_causal_mask(x.shape[1]))[None, None]
-    with torch.no_grad():
-        out = module(torch.from_numpy(x), attention_mask=mask)
-    if isinstance(out, tuple):
-        out = out[0]
-    return out.numpy().astype(np.float32)
+    return run(module, x, attention_mask=torch.from_numpy(hf_causal_mask(x.shape[1]))[None, None])

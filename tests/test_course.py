@@ -139,9 +139,9 @@ PLANTED = {
 }
 
 
-def _python(*args: str) -> subprocess.CompletedProcess:
+def _python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False, env=env
     )
 
 
@@ -249,9 +249,8 @@ def pytest_runtest_setup(item):
 def test_a_broken_reference_is_the_courses_fault(tmp_path):
     """an exception inside the Hugging Face reference is reported as the course's, never as a ✗ on a TODO"""
     (tmp_path / "break_reference.py").write_text(BREAK_REFERENCE)
-    result = subprocess.run(
-        [sys.executable, "-m", "course.check", "2", "--target", "solutions", "-p", "break_reference"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+    result = _python(
+        "-m", "course.check", "2", "--target", "solutions", "-p", "break_reference",
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
     output = result.stdout + result.stderr

@@ -81,10 +81,27 @@ def _diagnosis(blocked: dict[tuple[int, int], np.ndarray]) -> str | None:
     return None
 
 
+def _first_wrong_entry(mask: np.ndarray, seq_len: int, past_len: int) -> str | None:
+    """The first entry that should be -inf and is not (else the first that should be 0), in words."""
+    rows, cols = np.indices(mask.shape)
+    future = cols > past_len + rows
+    for wrong, expected, verb in [
+        (future & ~np.isneginf(mask), "-inf", "must not see"),
+        (~future & (mask != 0), "0", "may see"),
+    ]:
+        if wrong.any():
+            i, j = (int(v) for v in np.argwhere(wrong)[0])
+            return (
+                f"causal_mask({seq_len}, {past_len})[{i}, {j}] is {mask[i, j]}, expected {expected}: "
+                f"query {i} sits at position {past_len + i} and {verb} key {j}"
+            )
+    return None
+
+
 def test_mask_pattern(step):
     """float, 0 / -inf, and the causal pattern across every case"""
     fn = attribute(step, "causal_mask")
-    blocked, first_error = {}, None
+    masks, first_error = {}, None
     for seq_len, past_len in PATTERN_CASES:
         try:
             mask = _mask(step, seq_len, past_len)
@@ -108,22 +125,14 @@ def test_mask_pattern(step):
                 f"mask holds only 0 (may look) and -inf (blocked), so that adding it to the scores "
                 f"leaves allowed ones unchanged and softmax gives blocked ones weight 0 — {todo_in(fn)}"
             )
-        blocked[(seq_len, past_len)] = np.isneginf(mask)
-    wrong = [case for case, mask in blocked.items() if not np.array_equal(mask, _blocked_if("shift", 0, *case))]
+        masks[(seq_len, past_len)] = mask
+    wrong = [(case, entry) for case, mask in masks.items() if (entry := _first_wrong_entry(mask, *case))]
     if not wrong:
         if first_error is not None:
             raise first_error
         return
-    diagnosis = _diagnosis(blocked)
-    if diagnosis is None:  # no known kind: the first wrong entry, as plainly as possible
-        seq_len, past_len = wrong[0]
-        mine, right = blocked[wrong[0]], _blocked_if("shift", 0, seq_len, past_len)
-        i, j = (int(v) for v in np.argwhere(mine != right)[0])
-        diagnosis = (
-            f"causal_mask({seq_len}, {past_len})[{i}, {j}] is {'-inf' if mine[i, j] else '0'}, expected "
-            f"{'-inf' if right[i, j] else '0'}: query {i} sits at position {past_len + i} and "
-            f"{'must not' if right[i, j] else 'may'} see key {j}"
-        )
+    # A known kind of wrong mask, or else the first wrong entry, as plainly as possible.
+    diagnosis = _diagnosis({case: np.isneginf(mask) for case, mask in masks.items()}) or wrong[0][1]
     fail(f"{diagnosis} — {todo_in(fn)}")
 
 
@@ -146,18 +155,8 @@ def test_shape_and_values(step, seq_len, past_len):
     expected_shape = (seq_len, past_len + seq_len)
     if mask.shape != expected_shape:
         fail(f"causal_mask({seq_len}, {past_len}) has shape {list(mask.shape)}, expected {list(expected_shape)}")
-    rows, cols = np.indices(expected_shape)
-    future = cols > past_len + rows
-    for wrong, expected, verb in [
-        (future & ~np.isneginf(mask), "-inf", "must not see"),
-        (~future & (mask != 0), "0", "may see"),
-    ]:
-        if wrong.any():
-            i, j = (int(v) for v in np.argwhere(wrong)[0])
-            fail(
-                f"causal_mask({seq_len}, {past_len})[{i}, {j}] is {mask[i, j]}, expected {expected}: "
-                f"query {i} sits at position {past_len + i} and {verb} key {j}"
-            )
+    if (wrong := _first_wrong_entry(mask, seq_len, past_len)) is not None:
+        fail(wrong)
 
 
 @pytest.mark.parametrize("seq_len,past_len", CASES)

@@ -18,7 +18,7 @@ import torch
 import transformers
 
 from course.runtime import from_numpy
-from harness import assert_close, attribute, build, forward, forward_with, load_weights, rejects, solution
+from harness import assert_close, attribute, build, forward, load_weights, rejects, solution
 from reference import GPT2_SMALL, SMALL, hf_config, seeded, to_max_state, token_ids
 
 pytestmark = pytest.mark.step06
@@ -64,7 +64,7 @@ def test_past_len_offsets_the_positions(step):
     ids = token_ids(2, 4, SMALL["vocab_size"])
     past_len = 5
     assert_close(
-        forward_with(mine, ids, past_len=past_len),
+        forward(mine, ids, past_len=past_len),
         _first_block_input(reference, ids, past_len),
         f"embeddings of 4 tokens after past_len={past_len} vs Hugging Face with position_ids 5..8",
     )
