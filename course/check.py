@@ -180,6 +180,7 @@ class Report:
                     console.print(f"  [dim]│[/] {escape(line)}")
         elif report.skipped and report.when != "teardown":
             reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
             console.print(f"[yellow]-[/] {escape(report.course_title)} [yellow](skipped: {escape(reason)})[/]")
 
     def pytest_internalerror(self, excrepr):

@@ -115,6 +115,56 @@ def stale(steps_dir: Path = STEPS) -> list[str]:
     return problems
 
 
+TODO_LINE = re.compile(r"^\s*# TODO (\d+):")
+
+
+def unfinished_todos(source: str, learner: str) -> list[int]:
+    """The TODOs of one solution whose stub line is still in the learner's file, just below the TODO.
+
+    A TODO counts as done once the line after its comment block is no longer the
+    stub's (``self.c_fc = None``, ``return None``, ...), whatever the learner wrote.
+    """
+    stubs: dict[int, str] = {}
+    todo = None
+    for line in source.splitlines():
+        if found := TODO_LINE.match(line):
+            todo = int(found[1])
+        elif (match := STUB_OPEN.match(line)) and todo is not None:
+            stubs[todo] = f"{match['indent']}{match['stub']}".rstrip()
+            todo = None
+    lines = learner.splitlines()
+    left = []
+    for i, line in enumerate(lines):
+        found = TODO_LINE.match(line)
+        if not found or int(found[1]) not in stubs:
+            continue
+        j = i + 1
+        while j < len(lines) and lines[j].lstrip().startswith("#"):
+            j += 1
+        if j < len(lines) and lines[j].rstrip() == stubs[int(found[1])]:
+            left.append(int(found[1]))
+    return left
+
+
+def unfinished(steps_dir: Path = STEPS, numbers: list[int] | None = None) -> dict[int, list[int]]:
+    """{step number: its TODOs still stubbed} for the learner's files in ``steps_dir``.
+
+    A missing file counts as wholly unfinished (its TODO list is empty then)."""
+    result = {}
+    for solution in sorted(SOLUTIONS.glob("step_*.py")):
+        number = int(re.match(r"step_(\d+)_", solution.name)[1])
+        if numbers is not None and number not in numbers:
+            continue
+        target = steps_dir / solution.name
+        if not target.exists():
+            result[number] = []
+            continue
+        left = unfinished_todos(solution.read_text(), target.read_text())
+        if left:
+            result[number] = left
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course.render", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only report stale stubs; exit 1 if any")

@@ -33,7 +33,15 @@ from step_05_token_embeddings import TokenEmbeddings, check_token_ids
 
 
 def check_positions(seq_len: int, past_len: int, n_positions: int) -> None:
-    """Raises a clear error when the positions would run past the learned table (given code)."""
+    """Raises a clear error when the positions would run past the learned table (given code).
+
+    Inside a compiled graph (steps 13 and 15) the lengths can be symbolic ``Dim``s,
+    sizes that are only known when the graph runs; then the caller checks them.
+    """
+    try:
+        seq_len, past_len = int(seq_len), int(past_len)
+    except TypeError:  # a symbolic Dim: "int conversions only supported for static dims"
+        return
     if past_len < 0:
         raise ValueError(f"past_len must be 0 or more, got {past_len}")
     if past_len + seq_len > n_positions:
@@ -59,7 +67,7 @@ class Embeddings(TokenEmbeddings):
 
     def forward(self, input_ids: Tensor, past_len: int = 0) -> Tensor:
         check_token_ids(input_ids, self.vocab_size)
-        seq_len = int(input_ids.shape[1])
+        seq_len = input_ids.shape[1]  # a Dim: a number here, a symbol in a compiled graph
         check_positions(seq_len, past_len, self.n_positions)
 
         # TODO 2: Make the positions of the seq_len tokens: past_len, past_len + 1, ...

@@ -33,7 +33,8 @@ and v with one ``[3C, C]`` weight: the first C outputs are q, the next C are k,
 the last C are v.
 
 ``attend`` takes ``past_len`` so that step 15 can reuse it with a KV cache, where
-the keys and values include ``past_len`` earlier tokens.
+the keys and values include ``past_len`` earlier tokens; it gets its mask from
+``self.mask``, which step 15 overrides.
 
 Check this step with ``pixi run s07``.
 """
@@ -83,19 +84,26 @@ class CausalSelfAttention(Module):
         q is [B, H, T, D] for T new tokens; k and v are [B, H, past_len + T, D].
         Returns [B, H, T, D].
         """
-        seq_len = int(q.shape[2])
+        seq_len = q.shape[2]  # a Dim: a number here, a symbol in a compiled graph
         # TODO 3: Score every query against every key, scaled by 1 / sqrt(head_dim);
-        #   add causal_mask(seq_len, past_len) from step 02; softmax over the keys;
+        #   add self.mask(seq_len, past_len), step 02's mask; softmax over the keys;
         #   return the weighted sum of the values.
         # Hint: a @ b multiplies the last two axes (the others are batch axes), so
         #   q @ (k with its last two axes swapped) is [B, H, T, past_len + T].
         #   F.softmax takes an axis: which axis holds the keys?
         # ANCHOR: attend | stub: return None
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-        scores = scores + causal_mask(seq_len, past_len)
+        scores = scores + self.mask(seq_len, past_len)
         weights = F.softmax(scores, axis=-1)
         return weights @ v
         # ANCHOR_END: attend
+
+    def mask(self, seq_len, past_len=0) -> Tensor:
+        """The additive causal mask of step 02, ``[seq_len, past_len + seq_len]`` (given code).
+
+        A method, so that step 15 can give the cached attention its own version.
+        """
+        return causal_mask(seq_len, past_len)
 
     def merge_heads(self, y: Tensor) -> Tensor:
         """[B, H, T, D] -> [B, T, C]: the inverse of split_heads."""

@@ -54,7 +54,8 @@ def assert_close(actual, expected, what: str, *, atol: float = ATOL, rtol: float
     if wrong.any():
         index = tuple(int(i) for i in np.argwhere(wrong)[0])
         fail(f"{what}: value at {list(index)} is {actual[index]}, expected {expected[index]:.6g}")
-    delta = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    with np.errstate(invalid="ignore"):  # -inf - -inf where both are masked
+        delta = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
     delta = np.where(finite, delta, 0.0)
     outside = delta > atol + rtol * np.abs(expected)
     worst = float(delta.max(initial=0.0))
@@ -235,3 +236,25 @@ def rejects(fn, *args, error: type[Exception] | tuple[type[Exception], ...], wha
         fail(f"{what} raised {explain_exception(raised, _source_file(fn))}; expected a clear {kinds} ({why})")
     fail(f"{what} was accepted, but {why} — keep the given check at the top of forward")
 
+
+
+# --- steps 13-15
+
+
+def greedy_agreement(got: list[int], expected: list[int], scores: list[np.ndarray], what: str) -> str | None:
+    """None when the greedy tokens ``got`` equal Hugging Face's; a note when they part on a tie; else fails.
+
+    A tie: at the first different token, Hugging Face's two best logits are closer
+    than twice the tolerance, so float32 rounding may pick either.
+    """
+    if got == expected:
+        return None
+    at = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    if at < min(len(got), len(expected)):
+        top2 = np.sort(scores[at])[-2:]
+        if top2[1] - top2[0] <= 2 * (ATOL + RTOL * abs(top2[1])):
+            return f"{what}: equal for {at} tokens, then a tie (the top two logits are {top2[1] - top2[0]:.1e} apart)"
+    fail(
+        f"greedy tokens for {what} differ from Hugging Face's generate at new token {at}: "
+        f"got {got[at:at + 5]}…, expected {expected[at:at + 5]}… ({len(got)} vs {len(expected)} tokens)"
+    )

@@ -4,6 +4,7 @@ Two configurations:
 
 * ``SMALL``: one small GPT-2 shared by every step (width 64, 4 heads, 2 layers,
   a 96-token vocabulary). Shared shapes keep checks fast.
+* ``GEN``: ``SMALL`` with a 64-token context, for generation (steps 13-15).
 * ``GPT2_SMALL``: the real GPT-2 small dimensions (768 wide, 12 heads, 12 layers,
   50257 tokens), used where a step's shapes matter.
 
@@ -23,6 +24,10 @@ from transformers.pytorch_utils import Conv1D
 SMALL = dict(vocab_size=96, n_positions=32, n_embd=64, n_layer=2, n_head=4)
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
 CONFIGS = {"small": SMALL, "gpt2-small": GPT2_SMALL}
+#: Generation (steps 13-15) and the programs: SMALL with room for a prompt and 32
+#: new tokens, and a vocabulary big enough for a byte-level BPE (256 bytes, some
+#: merges, <|endoftext|>). One shared config, so that its graphs compile once.
+GEN = dict(SMALL, n_positions=64, vocab_size=320)
 
 
 def hf_config(**sizes) -> transformers.GPT2Config:
@@ -153,3 +158,45 @@ def run_masked(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
     mask), so this passes the mask ``GPT2Model`` would, from :func:`hf_causal_mask`.
     """
     return run(module, x, attention_mask=torch.from_numpy(hf_causal_mask(x.shape[1]))[None, None])
+
+
+# --- steps 13-15 and the programs
+
+
+def generation_model(seed: int = 13) -> transformers.GPT2LMHeadModel:
+    """The small random GPT-2 every generation check uses (weights tied).
+
+    Greedy decoding of a random GPT-2 soon loops over the few tokens whose
+    embeddings are longest (2-4 distinct tokens in 96 here), a weak test. Rows of
+    wte with equal norms, no shift in ln_f and the blocks' matrices doubled make
+    it wander: 21 distinct tokens in the 96 of PROMPTS.
+    """
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(hf_config(**GEN))
+    model = model.to_empty(device="cpu")
+    model.tie_weights()
+    seeded(model, seed=seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.ndim == 2 and ".h." in name:
+                param.mul_(2.0)
+        wte = model.transformer.wte.weight
+        wte.mul_(wte.norm(dim=1).mean() / wte.norm(dim=1, keepdim=True))
+        model.transformer.ln_f.bias.zero_()
+    return model
+
+
+def hf_greedy(model: transformers.GPT2LMHeadModel, prompt: list[int], new_tokens: int, eos_id: int):
+    """Hugging Face's greedy tokens after ``prompt`` and the logits it chose each one from."""
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=eos_id,
+            eos_token_id=eos_id,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+    return out.sequences[0, len(prompt) :].tolist(), [score[0].numpy() for score in out.scores]

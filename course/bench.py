@@ -1,0 +1,246 @@
+"""``pixi run bench``: decode speed of Hugging Face, ours without a cache, and ours with the KV cache.
+
+    pixi run bench                         # GPT-2 small's sizes, random weights, 3 rounds
+    pixi run bench --new-tokens 512 --rounds 5 --json
+    pixi run bench --plot book/src/bench.svg
+
+Fair by construction:
+
+* every path runs in **its own process**: once a MAX graph has run in a process,
+  torch in that process is ~28% slower for good, which would flatter MAX;
+* the paths alternate, round after round, so a busy moment hurts all of them;
+* each process warms up first (MAX compiles or loads its graph, torch allocates),
+  then generates greedily from the same 12-token prompt, and the medians over
+  rounds are reported;
+* the prefill is the time to the first new token; decode tok/s counts the rest.
+
+Hugging Face runs ``GPT2LMHeadModel.generate`` (greedy, with its cache); its step
+times come from a logits processor called once per token. Ours run
+``solutions/``: step 13's loop over step 13's graph (no cache) or step 15's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from course.outline import ROOT, SOLUTIONS
+
+PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)"}
+err = Console(stderr=True, highlight=False)
+
+
+def _prompt(n: int, vocab: int) -> list[int]:
+    import numpy as np
+
+    return np.random.default_rng(12).integers(0, vocab, size=n).tolist()
+
+
+def _random_state(config) -> dict:
+    """GPT-2-like random weights in the checkpoint's (Hugging Face) names and layouts, shared by all paths."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    c, inner = config.n_embd, 4 * config.n_embd
+    state = {"transformer.wte.weight": (config.vocab_size, c), "transformer.wpe.weight": (config.n_positions, c), "transformer.ln_f.weight": (c,), "transformer.ln_f.bias": (c,)}
+    for i in range(config.n_layer):
+        p = f"transformer.h.{i}."
+        state |= {p + "ln_1.weight": (c,), p + "ln_1.bias": (c,), p + "ln_2.weight": (c,), p + "ln_2.bias": (c,),
+                  p + "attn.c_attn.weight": (c, 3 * c), p + "attn.c_attn.bias": (3 * c,), p + "attn.c_proj.weight": (c, c),
+                  p + "attn.c_proj.bias": (c,), p + "mlp.c_fc.weight": (c, inner), p + "mlp.c_fc.bias": (inner,),
+                  p + "mlp.c_proj.weight": (inner, c), p + "mlp.c_proj.bias": (c,)}
+    out = {}
+    for name, shape in state.items():
+        if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name.endswith("ln_f.weight"):
+            out[name] = np.ones(shape, np.float32)
+        else:
+            out[name] = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
+    return out
+
+
+def worker(path: str, new_tokens: int, prompt_tokens: int, layers: int, device: str) -> dict:
+    """One path in this process: warm up, then time one greedy generation."""
+    sys.path.insert(0, str(SOLUTIONS))
+    from step_01_config import GPT2Config
+
+    config = GPT2Config(n_layer=layers)
+    prompt = _prompt(prompt_tokens, config.vocab_size)
+    state = _random_state(config)
+    if path == "hf":
+        times = _time_hf(config, state, prompt, new_tokens)
+        compile_s = 0.0
+    else:
+        times, compile_s = _time_ours(path, config, state, prompt, new_tokens, device)
+    steps = [b - a for a, b in zip(times, times[1:])]
+    return {"prefill_ms": 1000 * (times[1] - times[0]), "decode_tok_s": len(steps[1:]) / sum(steps[1:]),
+            "step_ms": [1000 * s for s in steps[1:]], "compile_s": compile_s}
+
+
+def _time_hf(config, state, prompt, new_tokens) -> list[float]:
+    import torch
+    import transformers
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    hf_config = transformers.GPT2Config(n_layer=config.n_layer, bos_token_id=0, eos_token_id=0)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(hf_config)
+    model = model.to_empty(device="cpu")
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
+    model.tie_weights()
+    model.eval()
+
+    class Clock(LogitsProcessor):
+        def __init__(self):
+            self.times = []
+
+        def __call__(self, input_ids, scores):
+            self.times.append(time.perf_counter())
+            return scores
+
+    ids = torch.tensor([prompt])
+    kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, use_cache=True, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kwargs)  # warm-up
+        clock = Clock()
+        start = time.perf_counter()
+        model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, logits_processor=LogitsProcessorList([clock]), **kwargs)
+    return [start, *clock.times]
+
+
+def _time_ours(path, config, state, prompt, new_tokens, device) -> tuple[list[float], float]:
+    from course import runtime
+
+    runtime.setup()
+    import numpy as np
+    from max.experimental import functional as F
+
+    import step_13_generation as gen
+    from course.generate import pick_device
+
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    weights = {k: runtime.from_numpy(np.ascontiguousarray(v.T) if k.endswith(conv1d) else v) for k, v in state.items()}
+    started = time.perf_counter()
+    if path == "cache":
+        from step_15_kv_cache import CachedGPT2LMHeadModel, CachedNextLogits
+
+        with F.lazy():
+            model = CachedGPT2LMHeadModel(config)
+        model.load_state_dict(weights)
+        next_logits = CachedNextLogits(model, config, pick_device(device))
+    else:
+        from step_11_lm_head import GPT2LMHeadModel
+
+        with F.lazy():
+            model = GPT2LMHeadModel(config)
+        model.load_state_dict(weights)
+        next_logits = gen.compile_next_logits(model, pick_device(device))
+    compile_s = time.perf_counter() - started
+    kwargs = dict(n_positions=config.n_positions, temperature=0.0)
+    list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
+    start = time.perf_counter()
+    times = [start]
+    for _ in gen.generate(next_logits, prompt, new_tokens, **kwargs):
+        times.append(time.perf_counter())
+    return times, compile_s
+
+
+def _run_worker(path: str, args) -> dict:
+    command = [sys.executable, "-m", "course.bench", "--worker", path, "--new-tokens", str(args.new_tokens),
+               "--prompt-tokens", str(args.prompt_tokens), "--layers", str(args.layers), "--device", args.device]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"bench: the {path} process failed: {tail}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _median(runs: list[dict]) -> dict:
+    steps = [statistics.median(values) for values in zip(*(r["step_ms"] for r in runs))]
+    return {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs),
+            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs),
+            "compile_s": statistics.median(r["compile_s"] for r in runs), "step_ms": steps}
+
+
+def plot(results: dict, file: Path) -> None:
+    """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
+    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8"}
+    curves = {}
+    for path, r in results.items():
+        total, points = 0.0, []
+        for i, ms in enumerate(r["step_ms"], start=1):
+            total += ms
+            points.append((i + 1, 1000 * i / total))
+        curves[path] = points
+    width, height, pad = 640, 360, 50
+    x_max = max(x for pts in curves.values() for x, _ in pts)
+    y_max = max(y for pts in curves.values() for _, y in pts) * 1.15
+    sx = lambda x: pad + (width - 2 * pad) * x / x_max  # noqa: E731
+    sy = lambda y: height - pad - (height - 2 * pad) * y / y_max  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12" fill="currentColor">',
+           f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="currentColor"/>',
+           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="currentColor"/>',
+           f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">tokens generated</text>',
+           f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">decode tok/s (mean so far)</text>']
+    for k in range(5):
+        y = y_max * k / 4
+        out.append(f'<text x="{pad - 6}" y="{sy(y) + 4:.0f}" text-anchor="end">{y:.0f}</text>')
+    for k in range(5):
+        x = x_max * k / 4
+        out.append(f'<text x="{sx(x):.0f}" y="{height - pad + 16}" text-anchor="middle">{x:.0f}</text>')
+    for i, (path, pts) in enumerate(curves.items()):
+        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+        out.append(f'<polyline points="{line}" fill="none" stroke="{colors[path]}" stroke-width="2"/>')
+        out.append(f'<text x="{width - pad - 190}" y="{pad + 16 * i}" fill="{colors[path]}">— {PATHS[path]}</text>')
+    out.append("</svg>")
+    file.write_text("\n".join(out) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pixi run bench", description=__doc__.split("\n")[0])
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--prompt-tokens", type=int, default=12)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--layers", type=int, default=12, help="n_layer (GPT-2 small: 12)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", type=Path, help="write decode tok/s against generated length as an SVG")
+    p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.new_tokens, args.prompt_tokens, args.layers, args.device)))
+        return 0
+    if args.new_tokens < 3 or args.prompt_tokens < 1 or args.rounds < 1:
+        raise SystemExit("bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more")
+    runs = {path: [] for path in PATHS}
+    with err.status("") as status:
+        for round_ in range(1, args.rounds + 1):
+            for path in PATHS:
+                status.update(f"round {round_}/{args.rounds}: {PATHS[path]} (its own process; the first MAX run compiles for minutes)")
+                runs[path].append(_run_worker(path, args))
+    results = {path: _median(r) for path, r in runs.items()}
+    hf = results["hf"]["decode_tok_s"]
+    if args.plot:
+        plot(results, args.plot)
+    if args.json:
+        print(json.dumps({path: {"prefill_ms": round(r["prefill_ms"], 2), "decode_tok_s": round(r["decode_tok_s"], 2),
+                                 "vs_hf": round(r["decode_tok_s"] / hf, 3)} for path, r in results.items()}))
+        return 0
+    table = Table(title=f"GPT-2 ({args.layers} layers, random weights), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
+    for column in ("path", "prefill ms", "decode tok/s", "× Hugging Face"):
+        table.add_column(column, justify="left" if column == "path" else "right")
+    for path, r in results.items():
+        table.add_row(PATHS[path], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}")
+    Console(highlight=False).print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

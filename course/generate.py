@@ -1,0 +1,274 @@
+"""Generate text with the course's GPT-2: ``pixi run main`` (the solutions) and ``pixi run gpt2`` (yours).
+
+    pixi run main --prompt "The meaning of life is"
+    pixi run gpt2 --model ./my-checkpoint --temperature 0 --max-new-tokens 32 --json
+    pixi run main                      # no --prompt: type prompts, one per line
+
+``main`` imports only ``solutions/``; ``gpt2`` imports only your ``steps/``, all of
+them: tokenizer (12), generation (13), weights (14), KV cache (15) and the model
+they build on. Tokens stream as they come; the timing goes to stderr, so that
+``--json`` prints one JSON object and nothing else on stdout.
+
+Every expected failure (a bad flag value, a checkpoint that cannot be found or
+read, an unfinished step) ends in one line on stderr and exit status 2, or 1 for
+unfinished steps; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from course import runtime
+from course.outline import OUTLINE, SOLUTIONS, STEPS, step_path
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+#: What the programs need, by step: everything up to the weights, and the cache.
+NEEDED = list(range(1, 15))
+CACHE_STEP = 15
+
+
+class Stop(Exception):
+    """An expected failure: one line for the user, then exit with ``code``."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Generate text with the course's GPT-2.")
+    p.add_argument("--target", choices=["solutions", "steps"], default="solutions", help="whose code runs (main: solutions, gpt2: steps)")
+    p.add_argument("--steps-dir", type=Path, default=STEPS, help="the learner's folder for --target steps")
+    p.add_argument("--model", default="gpt2", help="a Hugging Face Hub id (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a local folder")
+    p.add_argument("--prompt", help="the text to continue; without it, an interactive prompt")
+    p.add_argument("--max-new-tokens", type=int, default=50, help="how many tokens to add at most (default 50)")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default 0.8)")
+    p.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens; 0 is off (default 40)")
+    p.add_argument("--top-p", type=float, default=1.0, help="sample among the most likely tokens that make up p; 1 is off")
+    p.add_argument("--seed", type=int, default=None, help="the random seed: the same seed gives the same text")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where MAX runs the model")
+    p.add_argument("--no-cache", action="store_true", help="rerun the whole sequence for every token (step 13) instead of the KV cache (step 15)")
+    p.add_argument("--json", action="store_true", help='print one object: {"prompt_ids", "new_ids", "text"}')
+    return p
+
+
+# --- whose code -------------------------------------------------------------------------
+
+
+def import_steps(target: str, steps_dir: Path, numbers: list[int]) -> dict[int, object]:
+    """Imports the steps the program needs from one folder only."""
+    folder = SOLUTIONS if target == "solutions" else steps_dir.resolve()
+    if target == "steps":
+        from course.render import unfinished
+
+        left = unfinished(folder, numbers)
+        if left:
+            lines = [f"Your GPT-2 is not finished: {len(left)} of the steps it runs on still have stubs in {folder.name}/."]
+            for number, todos in left.items():
+                what = f"TODO {', '.join(map(str, todos))}" if todos else "the file is missing"
+                lines.append(f"  step {number:02d} ({OUTLINE[number]}): {what} — check it with `pixi run s{number:02d}`")
+            if CACHE_STEP in left and len(left) == 1:
+                lines.append("  (or run without the KV cache: `pixi run gpt2 --no-cache`)")
+            raise Stop("\n".join(lines), code=1)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() not in (SOLUTIONS, STEPS, steps_dir.resolve())]
+    sys.path.insert(0, str(folder))
+    modules = {}
+    for number in numbers:
+        path = step_path(number, SOLUTIONS)
+        try:
+            modules[number] = importlib.import_module(path.stem)
+        except Exception as error:  # noqa: BLE001 - the learner's file does not import
+            raise Stop(learner_fault(error, folder)) from error
+    return modules
+
+
+def learner_fault(error: BaseException, folder: Path) -> str:
+    """One line for an unexpected error, naming the step file it came from and how to check it."""
+    from course.hints import describe, shown
+
+    step = None
+    tb = error.__traceback__
+    while tb is not None:
+        file = Path(tb.tb_frame.f_code.co_filename)
+        if file.parent == folder and file.name.startswith("step_"):
+            step = (file, tb.tb_lineno)
+        tb = tb.tb_next
+    if step is None:
+        return f"unexpected error: {describe(error)}"
+    file, line = step
+    number = int(file.name[5:7])
+    return f"{describe(error)} — at {shown(file)}, line {line}; check step {number:02d} with `pixi run s{number:02d}`"
+
+
+# --- the model ----------------------------------------------------------------------------
+
+
+def pick_device(name: str):
+    from max.driver import CPU, Accelerator, accelerator_count
+
+    if name == "cpu":
+        return CPU()
+    if accelerator_count() == 0:
+        raise Stop("--device gpu: MAX finds no GPU on this machine; run on the CPU (--device cpu, the default)")
+    return Accelerator()
+
+
+class Generator:
+    """The tokenizer, the compiled model and the loop, ready for prompts."""
+
+    def __init__(self, args, steps: dict[int, object]):
+        self.args, self.steps = args, steps
+        device = pick_device(args.device)
+        with err.status(f"Loading {args.model} …"):
+            try:
+                pretrained = steps[14].load_pretrained(args.model)
+            except steps[14].CheckpointError as error:
+                raise Stop(str(error)) from None
+            self.tokenizer = steps[12].Tokenizer.from_dir(pretrained.folder)
+        self.config, self.pretrained, self.device = pretrained.config, pretrained, device
+
+    def compile(self) -> None:
+        """Builds the model with the checkpoint's weights and compiles it (minutes the first time, then seconds)."""
+        args, steps, config, pretrained, device = self.args, self.steps, self.config, self.pretrained, self.device
+        millions = sum(v.size for v in pretrained.state.values()) / 1e6
+        cached = not args.no_cache
+        kind = "with a KV cache" if cached else "without a cache"
+        note = "the first run on a machine takes a few minutes (MAX compiles and caches it); later runs take seconds"
+        started = time.perf_counter()
+        with err.status(f"Compiling GPT-2 ({config.n_layer} layers, {millions:.0f}M parameters, {kind}) with MAX: {note} …"):
+            from max.experimental import functional as F
+
+            model_class = steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel
+            with F.lazy():
+                model = model_class(config)
+            model.load_state_dict({name: runtime.from_numpy(value) for name, value in pretrained.state.items()})
+            if cached:
+                self.next_logits = steps[15].CachedNextLogits(model, config, device)
+            else:
+                self.next_logits = steps[13].compile_next_logits(model, device)
+        err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s.[/]")
+        del self.pretrained  # the model holds the weights now
+
+    def encode(self, prompt: str) -> list[int]:
+        """The prompt's ids, refused at once (before any compiling) when they cannot be generated from."""
+        ids = self.tokenizer.encode(prompt)
+        try:
+            self.steps[13].check_lengths(len(ids), self.args.max_new_tokens, self.config.n_positions)
+        except ValueError as error:
+            raise Stop(str(error)) from None
+        return ids
+
+    def eos_id(self) -> int | None:
+        return getattr(self.tokenizer, "eot_id", None)
+
+    def run(self, prompt: str) -> dict:
+        a, gen = self.args, self.steps[13]
+        ids = self.encode(prompt)
+        tokens = gen.generate(
+            self.next_logits, ids, a.max_new_tokens, n_positions=self.config.n_positions, eos_id=self.eos_id(),
+            temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
+        )
+        new, shown, times = [], "", []
+        started = time.perf_counter()
+        if not a.json:
+            sys.stdout.write(prompt)
+            sys.stdout.flush()
+        try:
+            for token in tokens:
+                times.append(time.perf_counter())
+                new.append(int(token))
+                text = self.text(new)
+                if not a.json and not text.endswith("\ufffd"):  # wait for the rest of a UTF-8 character
+                    sys.stdout.write(text[len(shown) :])
+                    sys.stdout.flush()
+                    shown = text
+        except ValueError as error:
+            raise Stop(str(error)) from None
+        text = self.text(new)
+        if not a.json:
+            sys.stdout.write(text[len(shown) :] + "\n")
+            sys.stdout.flush()
+        report_speed(started, times)
+        return {"prompt_ids": ids, "new_ids": new, "text": text}
+
+    def text(self, new: list[int]) -> str:
+        eos = self.eos_id()
+        return self.tokenizer.decode([t for t in new if t != eos])
+
+
+def report_speed(started: float, times: list[float]) -> None:
+    if not times:
+        return
+    first = times[0] - started
+    line = f"{len(times)} tokens; first token (prefill) {first * 1000:.0f} ms"
+    if len(times) > 1:
+        line += f", then {(len(times) - 1) / (times[-1] - times[0]):.1f} tok/s"
+    err.print(f"[dim]{line}[/]")
+
+
+def interactive(generator: Generator) -> None:
+    err.print("[dim]Type a prompt and press Enter (an empty line or Ctrl-D quits).[/]")
+    while True:
+        try:
+            prompt = input("prompt> ")
+        except (EOFError, KeyboardInterrupt):
+            err.print()
+            return
+        if not prompt.strip():
+            return
+        try:
+            result = generator.run(prompt)
+        except Stop as stop:
+            err.print(f"[red]{stop}[/]")
+            continue
+        if generator.args.json:
+            print(json.dumps(result, ensure_ascii=False))
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m course.generate") -> int:
+    args = parser(prog).parse_args(argv)
+    try:
+        if args.prompt is not None and not args.prompt:
+            raise Stop("the prompt is empty: give the model some text to continue")
+        runtime.setup()
+        numbers = NEEDED if args.no_cache else [*NEEDED, CACHE_STEP]
+        steps = import_steps(args.target, args.steps_dir, numbers)
+        try:
+            steps[13].check_sampling(args.temperature, args.top_k, args.top_p)
+            if args.max_new_tokens < 0:
+                raise ValueError(f"--max-new-tokens must be 0 or more, got {args.max_new_tokens}")
+        except ValueError as error:
+            raise Stop(str(error)) from None
+        generator = Generator(args, steps)
+        if args.prompt is not None:
+            generator.encode(args.prompt)
+        generator.compile()
+        if args.prompt is None:
+            interactive(generator)
+            return 0
+        result = generator.run(args.prompt)
+        if args.json:
+            print(json.dumps(result, ensure_ascii=False))
+        return 0
+    except Stop as stop:
+        err.print(f"[red]{stop}[/]")
+        return stop.code
+    except KeyboardInterrupt:
+        err.print()
+        return 130
+    except Exception as error:  # noqa: BLE001 - anything else is still one line, never a traceback
+        folder = SOLUTIONS if args.target == "solutions" else args.steps_dir.resolve()
+        err.print(f"[red]{learner_fault(error, folder)}[/]")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

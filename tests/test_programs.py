@@ -1,0 +1,175 @@
+"""The programs learners run: ``pixi run main`` / ``pixi run gpt2`` (``python -m course.generate``).
+
+Each check runs the program in its own process, as a learner would, on a small
+random GPT-2 saved with ``save_pretrained`` together with a byte-level BPE trained
+here (no network, no real weights needed):
+
+* greedy ``--json`` output is token-identical to ``GPT2LMHeadModel.generate`` for
+  three prompts and 32 new tokens, with the KV cache and without it;
+* every bad input ends in one line on stderr and a non-zero exit, never a traceback;
+* ``gpt2`` on unfinished steps names them and the command that checks each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course.outline import ROOT, SOLUTIONS
+from harness import greedy_agreement
+from reference import GEN, generation_model, hf_greedy
+
+pytestmark = pytest.mark.programs
+
+PROMPTS = ["Hello world", "The quick brown fox jumps", "def f(x):\n    return x * 2, 'done' # 42"]
+NEW_TOKENS = 32
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. Hello world! def f(x): return x * 2\n"
+    "It's a truth universally acknowledged that 1,234 tokens aren't enough. "
+) * 20
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A small random GPT-2 and a byte-level BPE, saved as a Hugging Face checkpoint folder."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-gpt2")
+    tokenizer = ByteLevelBPETokenizer(add_prefix_space=False)
+    tokenizer.train_from_iterator([TEXT], vocab_size=GEN["vocab_size"], min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False)
+    tokenizer.save_model(str(folder))
+    eos = tokenizer.token_to_id("<|endoftext|>")
+    model = generation_model()
+    model.config.eos_token_id = model.config.bos_token_id = eos
+    model.generation_config.eos_token_id = model.generation_config.bos_token_id = eos
+    model.save_pretrained(folder)
+    return folder
+
+
+def program(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "course.generate", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
+    """Asserts a clean failure: non-zero exit, no traceback, nothing on stdout, the words on stderr."""
+    err = result.stderr.strip()
+    assert result.returncode != 0, f"exit 0 for a bad input; stderr: {err!r}"
+    assert "Traceback" not in err, err
+    assert result.stdout.strip() == "", result.stdout
+    for word in words:
+        assert word in err, f"{word!r} not in {err!r}"
+    return err
+
+
+@pytest.mark.parametrize("cache", ["cache", "no-cache"])
+def test_main_json_greedy_matches_hugging_face(checkpoint, cache):
+    """`main --json`, greedy, gives Hugging Face's generate tokens for 3 prompts × 32 tokens"""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2LMHeadModel
+
+    reference = GPT2LMHeadModel.from_pretrained(checkpoint).eval()
+    hf_tokenizer = ByteLevelBPETokenizer(str(checkpoint / "vocab.json"), str(checkpoint / "merges.txt"), add_prefix_space=False)
+    hf_tokenizer.add_special_tokens(["<|endoftext|>"])
+    eos = reference.config.eos_token_id
+    for prompt in PROMPTS:
+        flags = ["--no-cache"] if cache == "no-cache" else []
+        result = program("--model", str(checkpoint), "--prompt", prompt, "--temperature", "0",
+                         "--max-new-tokens", str(NEW_TOKENS), "--json", *flags)
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)  # one object and nothing else
+        assert set(out) == {"prompt_ids", "new_ids", "text"}
+        assert out["prompt_ids"] == hf_tokenizer.encode(prompt).ids, "the prompt's ids differ from Hugging Face's tokenizer"
+        expected, scores = hf_greedy(reference, out["prompt_ids"], NEW_TOKENS, eos_id=eos)
+        if note := greedy_agreement(out["new_ids"], expected, scores, f"prompt {prompt!r}"):
+            print(note)
+        assert out["text"] == hf_tokenizer.decode([t for t in out["new_ids"] if t != eos])
+        assert "tok/s" in result.stderr or len(out["new_ids"]) <= 1
+
+
+def test_streams_text_and_reports_speed(checkpoint):
+    """without --json the prompt and its continuation stream to stdout; the speed goes to stderr"""
+    result = program("--model", str(checkpoint), "--prompt", "Hello", "--max-new-tokens", "8", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Hello")
+    assert "tok/s" in result.stderr and "Compiled in" in result.stderr
+
+
+def _gpu_present() -> bool:
+    from max.driver import accelerator_count
+
+    return accelerator_count() > 0
+
+
+BAD = {
+    "empty prompt": (["--prompt", ""], ["prompt is empty"]),
+    "prompt longer than the context": (["--prompt", "word " * 80], ["positions"]),
+    "too many new tokens": (["--prompt", "Hello", "--max-new-tokens", "200"], ["positions", "at most"]),
+    "negative temperature": (["--prompt", "Hello", "--temperature", "-1"], ["temperature"]),
+    "negative top-k": (["--prompt", "Hello", "--top-k", "-3"], ["top-k"]),
+    "top-p above 1": (["--prompt", "Hello", "--top-p", "1.5"], ["top-p"]),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_is_one_clear_line(checkpoint, name):
+    """a bad prompt or sampling setting: one line on stderr, non-zero exit, no traceback"""
+    args, words = BAD[name]
+    one_line_error(program("--model", str(checkpoint), *args), *words)
+
+
+def test_bad_checkpoints_are_one_clear_line(checkpoint, tmp_path):
+    """a missing folder, a truncated safetensors file and an unknown or uncached Hub id: one clear line each"""
+    one_line_error(program("--model", str(tmp_path / "nowhere"), "--prompt", "Hi"), "nowhere")
+    broken = tmp_path / "broken"
+    shutil.copytree(checkpoint, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    one_line_error(program("--model", str(broken), "--prompt", "Hi"), "model.safetensors")
+    offline = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    one_line_error(program("--model", "gpt2", "--prompt", "Hi", env=offline), "gpt2")
+    one_line_error(program("--model", "no-such-user/no-such-model", "--prompt", "Hi", env=offline), "no-such-user/no-such-model")
+
+
+def test_device_gpu_without_one(checkpoint):
+    """--device gpu on a machine without a GPU: one clear line"""
+    if _gpu_present():
+        pytest.skip("this machine has a GPU, so --device gpu is valid here")
+    one_line_error(program("--model", str(checkpoint), "--prompt", "Hi", "--device", "gpu"), "GPU")
+
+
+def test_gpt2_on_unfinished_steps_names_them(tmp_path):
+    """`gpt2` on the stubs names each unfinished step and its check command, with no traceback"""
+    from course.render import render_all
+
+    render_all(tmp_path)
+    result = program("--target", "steps", "--steps-dir", str(tmp_path), "--prompt", "Hi")
+    err = result.stderr
+    assert result.returncode == 1 and "Traceback" not in err, err
+    assert "step 07 (multi-head attention): TODO 1, 2, 3, 4, 5 — check it with `pixi run s07`" in err, err
+
+
+def test_gpt2_runs_finished_steps_only_from_steps(checkpoint, tmp_path):
+    """`gpt2` on finished steps runs them from that folder alone"""
+    for file in SOLUTIONS.glob("step_*.py"):
+        shutil.copy(file, tmp_path / file.name)
+    result = program("--target", "steps", "--steps-dir", str(tmp_path), "--model", str(checkpoint),
+                     "--prompt", "Hello", "--max-new-tokens", "4", "--temperature", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["new_ids"]) == 4
+    (tmp_path / "step_13_generation.py").write_text(
+        (SOLUTIONS / "step_13_generation.py").read_text().replace("return int(np.argmax(logits))", "return int(np.argmax(logits)) + undefined_name")
+    )
+    result = program("--target", "steps", "--steps-dir", str(tmp_path), "--model", str(checkpoint),
+                     "--prompt", "Hello", "--max-new-tokens", "4", "--temperature", "0")
+    err = result.stderr
+    assert result.returncode != 0 and "Traceback" not in err, err
+    assert "step_13_generation.py" in err and "pixi run s13" in err, err

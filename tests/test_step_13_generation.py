@@ -1,0 +1,283 @@
+"""Step 13 · text generation against Hugging Face's sampling and ``generate``.
+
+* ``filter_logits`` is compared with Hugging Face's own logits warpers
+  (``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``, in the
+  order ``generate`` applies them): the same tokens are cut (set to ``-inf``) and
+  the rest agree within 1e-4 + 1e-4·|expected| (float64 in NumPy vs float32 in
+  torch: measured worst case 1.9e-6, at T=0.7).
+* Sampling is checked by statistics: 20,000 seeded draws from one row of logits
+  are compared with the filtered, tempered softmax by a chi-square test. A correct
+  sampler fails it with probability 1 in 1,000 (the test's false-alarm rate;
+  the draws are seeded, so a given sampler passes or fails the same way every run).
+  A sampler that ignores the filters or the temperature is off by far more.
+* Greedy generation runs the compiled model (one graph for every length) on a
+  small random GPT-2 and must be token-identical to
+  ``GPT2LMHeadModel.generate(do_sample=False)`` for several prompts, 32 new tokens
+  each. Where Hugging Face's two best logits are closer than the tolerance, a
+  different token is a tie, not a bug, and the check says so instead of failing.
+
+The loop itself (stopping, seeds, errors) runs on a stand-in model, a NumPy
+function of the ids, so those checks take milliseconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from harness import assert_close, attribute, build, call, fail, greedy_agreement, load_weights, rejects, solution, todo_in
+from reference import GEN, generation_model, hf_greedy, to_max_state
+
+pytestmark = pytest.mark.step13
+
+VOCAB = GEN["vocab_size"]
+EOS = VOCAB - 1  # reference.hf_config puts eos at the end of the vocabulary
+
+SETTINGS = {
+    "plain": dict(temperature=1.0, top_k=0, top_p=1.0),
+    "T=0.7": dict(temperature=0.7, top_k=0, top_p=1.0),
+    "T=1.8": dict(temperature=1.8, top_k=0, top_p=1.0),
+    "top-k 5": dict(temperature=1.0, top_k=5, top_p=1.0),
+    "top-k larger than vocab": dict(temperature=1.0, top_k=VOCAB + 10, top_p=1.0),
+    "top-p 0.8": dict(temperature=1.0, top_k=0, top_p=0.8),
+    "top-p 0.3": dict(temperature=1.0, top_k=0, top_p=0.3),
+    "T=1.3, top-k 10, top-p 0.6": dict(temperature=1.3, top_k=10, top_p=0.6),
+}
+
+
+def _rows(count: int, size: int = VOCAB, seed: int = 13) -> np.ndarray:
+    """Seeded logit rows with a realistic spread (std 3)."""
+    return (np.random.default_rng(seed).standard_normal((count, size)) * 3).astype(np.float32)
+
+
+def hf_filtered(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """Hugging Face's tempered and filtered logits, in ``generate``'s order."""
+    scores = torch.from_numpy(np.asarray(logits, dtype=np.float32))[None]
+    warpers = [TemperatureLogitsWarper(temperature)]
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p < 1:
+        warpers.append(TopPLogitsWarper(top_p))
+    for warp in warpers:
+        scores = warp(None, scores)
+    return scores[0].numpy()
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    p = np.exp(logits.astype(np.float64) - logits.max())
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_filter_matches_hugging_face(step, name):
+    """filter_logits cuts the same tokens as Hugging Face's warpers and tempers the rest"""
+    filter_logits = attribute(step, "filter_logits")
+    settings = SETTINGS[name]
+    for row in _rows(4):
+        got = call(filter_logits, row.copy(), **settings, what=f"filter_logits(…, {name})")
+        expected = hf_filtered(row, **settings)
+        got = np.asarray(got, dtype=np.float64)
+        if got.shape != expected.shape:
+            fail(f"filter_logits returned shape {list(got.shape)}, expected {list(expected.shape)} — {todo_in(filter_logits)}")
+        kept, should = np.isfinite(got), np.isfinite(expected)
+        if (kept != should).any():
+            extra, missing = int((kept & ~should).sum()), int((should & ~kept).sum())
+            fail(
+                f"filter_logits ({name}) keeps {_tokens(int(kept.sum()))}, Hugging Face keeps {_tokens(int(should.sum()))}: "
+                f"{extra} should be cut (-inf) and {missing} should stay — {todo_in(filter_logits)}"
+            )
+        assert_close(got, expected, f"filter_logits ({name}) vs Hugging Face's warpers")
+
+
+def test_greedy_choices(step):
+    """temperature 0 and top-k 1 both pick the largest logit"""
+    next_token = attribute(step, "next_token")
+    rng = np.random.default_rng(0)
+    for i, row in enumerate(_rows(40, seed=5)):
+        best = int(np.argmax(row))
+        for settings in (dict(temperature=0.0), dict(temperature=1.0, top_k=1)):
+            got = call(next_token, row, rng, **settings, what=f"next_token(…, {settings})")
+            if not isinstance(got, int | np.integer):
+                fail(f"next_token returned {type(got).__name__} {got!r}, expected an int token id — {todo_in(next_token)}")
+            if got != best:
+                fail(f"next_token({settings}) picked token {got} on row {i}, but the largest logit is token {best} — {todo_in(next_token)}")
+
+
+@pytest.mark.parametrize("name", ["top-k 5", "top-p 0.3", "T=1.3, top-k 10, top-p 0.6"])
+def test_filtered_tokens_are_never_sampled(step, name):
+    """a token cut by top-k or top-p is never drawn"""
+    next_token = attribute(step, "next_token")
+    settings = SETTINGS[name]
+    rng = np.random.default_rng(1)
+    for row in _rows(5, seed=7):
+        allowed = np.isfinite(hf_filtered(row, **settings))
+        for _ in range(400):
+            token = call(next_token, row, rng, **settings)
+            if not allowed[token]:
+                fail(
+                    f"next_token ({name}) drew token {token}, which the filter cuts: only {int(allowed.sum())} "
+                    f"tokens may be drawn — {todo_in(next_token)}"
+                )
+
+
+#: The chi-square test's false-alarm rate: how often a correct sampler fails it.
+FALSE_ALARM = 1e-3
+DRAWS = 20_000
+
+
+@pytest.mark.parametrize("name", ["plain", "T=0.7", "T=1.3, top-k 10, top-p 0.6"])
+def test_sampled_frequencies_match_the_distribution(step, name, record_property):
+    """over 20,000 seeded draws the frequencies match the tempered, filtered softmax (chi-square)"""
+    next_token = attribute(step, "next_token")
+    settings = SETTINGS[name]
+    row = _rows(1, size=12, seed=3)[0] / 2  # 12 tokens, so every expected count is large
+    expected = _softmax(hf_filtered(row, **settings))
+    rng = np.random.default_rng(2024)
+    counts = np.zeros(row.size)
+    for _ in range(DRAWS):
+        counts[call(next_token, row, rng, **settings)] += 1
+    kept = expected > 0
+    if counts[~kept].any():
+        fail(f"next_token ({name}) drew tokens that the filter cuts — {todo_in(next_token)}")
+    expected_counts = expected[kept] * DRAWS
+    chi2 = float(((counts[kept] - expected_counts) ** 2 / expected_counts).sum())
+    dof = int(kept.sum()) - 1
+    p_value = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(chi2 / 2)))
+    record_property("chi2", f"{chi2:.1f} on {dof} degrees of freedom, p = {p_value:.3g}")
+    if p_value < FALSE_ALARM:
+        worst = int(np.argmax(np.abs(counts - expected * DRAWS)))
+        fail(
+            f"next_token ({name}): the frequencies of {DRAWS} draws do not follow the tempered, filtered softmax "
+            f"(chi-square {chi2:.0f} on {dof} degrees of freedom, p = {p_value:.2g} < {FALSE_ALARM:g}); token {worst} "
+            f"came {int(counts[worst])} times, expected {expected[worst] * DRAWS:.0f} — {todo_in(next_token)}"
+        )
+
+
+# --- the loop, on a stand-in model ---------------------------------------------------------
+
+
+def stand_in(ids: list[int]) -> np.ndarray:
+    """A 'model' whose logits depend on every id so far: NumPy, instant, deterministic."""
+    seed = hash(tuple(int(i) for i in ids)) % 2**32
+    logits = np.random.default_rng(seed).standard_normal(VOCAB).astype(np.float32)
+    logits[EOS] = -10.0  # never chosen unless a test says so
+    return logits
+
+
+def _generate(step, *args, **kwargs) -> list[int]:
+    generate = attribute(step, "generate")
+    kwargs.setdefault("n_positions", GEN["n_positions"])
+    tokens = call(generate, *args, what="generate(…)", **kwargs)
+    try:
+        return [int(t) for t in tokens]
+    except pytest.fail.Exception:
+        raise
+    except Exception as error:  # noqa: BLE001 - the learner's loop raised while iterating
+        from course.hints import explain_exception
+
+        fail(f"generate(…) failed: {explain_exception(error, step.__file__)}")
+
+
+def test_stops_at_max_new_tokens_and_at_end_of_text(step):
+    """the loop yields max_new_tokens tokens, or stops right after <|endoftext|>"""
+    got = _generate(step, stand_in, [3, 1, 4], 9, eos_id=EOS)
+    if len(got) != 9:
+        fail(f"generate(…, max_new_tokens=9) yielded {len(got)} tokens — {todo_in(step.generate)}")
+    greedy = [int(np.argmax(stand_in([3, 1, 4])))]
+    for _ in range(8):
+        greedy.append(int(np.argmax(stand_in([3, 1, 4, *greedy]))))
+    if got != greedy:
+        fail(f"greedy generate gave {got}, but the argmax at each step gives {greedy} — {todo_in(step.generate)}")
+
+    def ends_at_step_4(ids):
+        logits = stand_in(ids)
+        if len(ids) == 3 + 3:
+            logits[EOS] = 100.0
+        return logits
+
+    got = _generate(step, ends_at_step_4, [3, 1, 4], 20, eos_id=EOS)
+    if got[-1:] != [EOS] or len(got) != 4:
+        fail(
+            f"with <|endoftext|> (id {EOS}) the most likely 4th token, generate yielded {len(got)} tokens ending "
+            f"in {got[-1:]}; it should yield the end-of-text token and stop — {todo_in(step.generate)}"
+        )
+
+
+def test_same_seed_same_tokens(step):
+    """the same seed gives the same tokens; another seed, others"""
+    kwargs = dict(temperature=1.0, top_k=0, top_p=1.0, eos_id=EOS)
+    first = _generate(step, stand_in, [5, 9], 16, seed=7, **kwargs)
+    again = _generate(step, stand_in, [5, 9], 16, seed=7, **kwargs)
+    other = _generate(step, stand_in, [5, 9], 16, seed=8, **kwargs)
+    if first != again:
+        fail(f"seed 7 gave {first} and then {again}: use one np.random.default_rng(seed) for the whole run — {todo_in(step.generate)}")
+    if first == other:
+        fail(f"seeds 7 and 8 gave the same 16 sampled tokens {first}: is the seed used? — {todo_in(step.generate)}")
+
+
+BAD_INPUT = {
+    "negative temperature": (dict(temperature=-0.5), "temperature"),
+    "negative top-k": (dict(temperature=1.0, top_k=-1), "top-k"),
+    "top-p 0": (dict(temperature=1.0, top_p=0.0), "top-p"),
+    "top-p above 1": (dict(temperature=1.0, top_p=1.5), "top-p"),
+    "empty prompt": (dict(prompt=[]), "prompt"),
+    "longer than the context": (dict(max_new_tokens=GEN["n_positions"]), "positions"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUT))
+def test_rejects_bad_input(step, name):
+    """a bad sampling setting, an empty prompt, or too many tokens raise a clear ValueError"""
+    settings, word = BAD_INPUT[name]
+    settings = dict(settings)
+    prompt = settings.pop("prompt", [1, 2, 3])
+    new = settings.pop("max_new_tokens", 4)
+    generate = attribute(step, "generate")
+    message = rejects(
+        lambda: list(generate(stand_in, prompt, new, n_positions=GEN["n_positions"], **settings)),
+        error=ValueError,
+        what=f"generate with {name}",
+        why=f"{name} cannot generate anything meaningful",
+    )
+    if word not in message:
+        fail(f"generate with {name} raised ValueError({message!r}), which does not name the {word}")
+
+
+# --- the compiled model against Hugging Face's generate -------------------------------------
+
+PROMPTS = [[7, 1, 30], [11, 52, 3, 90, 17, 4, 60], [2, 71, 5, 5, 5, 38, 12, 9, 61, 20, 8, 44]]
+NEW_TOKENS = 32
+_compiled: dict[str, object] = {}
+
+
+def compiled_next_logits(step, reference):
+    """The learner's compile_next_logits around the finished model, once per test run (compiling costs seconds)."""
+    if step.__file__ not in _compiled:
+        model = build(solution(11).GPT2LMHeadModel, solution(1).GPT2Config.from_hf(reference.config))
+        load_weights(model, to_max_state(reference))
+        _compiled[step.__file__] = call(attribute(step, "compile_next_logits"), model)
+    return _compiled[step.__file__]
+
+
+def test_greedy_matches_hugging_face_generate(step, record_property):
+    """greedy generation with the compiled model is token-identical to GPT2LMHeadModel.generate"""
+    _generate(step, stand_in, [1, 2], 1)  # an unfinished loop fails here, before minutes of compiling
+    reference = generation_model()
+    next_logits = compiled_next_logits(step, reference)
+    notes, distinct = [], set()
+    for prompt in PROMPTS:
+        got = _generate(step, next_logits, prompt, NEW_TOKENS, eos_id=EOS, temperature=0.0)
+        distinct.update(got)
+        expected, scores = hf_greedy(reference, prompt, NEW_TOKENS, eos_id=EOS)
+        if note := greedy_agreement(got, expected, scores, f"prompt {prompt}"):
+            notes.append(note)
+    assert len(distinct) > 8, f"the reference model is degenerate ({len(distinct)} distinct tokens): a weak test"
+    record_property("greedy", f"{len(PROMPTS)} prompts × {NEW_TOKENS} tokens, {len(distinct)} distinct tokens")
+    for note in notes:
+        print(note)
