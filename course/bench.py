@@ -119,29 +119,13 @@ def _time_ours(path, config, state, prompt, new_tokens, device) -> tuple[list[fl
     from course import runtime
 
     runtime.setup()
-    import numpy as np
-    from max.experimental import functional as F
+    from course.generate import compile_model, import_steps, pick_device
 
-    import step_13_generation as gen
-    from course.generate import pick_device
-
-    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-    weights = {k: runtime.from_numpy(np.ascontiguousarray(v.T) if k.endswith(conv1d) else v) for k, v in state.items()}
+    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15])
+    gen = steps[13]
     started = time.perf_counter()
-    if path == "cache":
-        from step_15_kv_cache import CachedGPT2LMHeadModel, CachedNextLogits
-
-        with F.lazy():
-            model = CachedGPT2LMHeadModel(config)
-        model.load_state_dict(weights)
-        next_logits = CachedNextLogits(model, config, pick_device(device))
-    else:
-        from step_11_lm_head import GPT2LMHeadModel
-
-        with F.lazy():
-            model = GPT2LMHeadModel(config)
-        model.load_state_dict(weights)
-        next_logits = gen.compile_next_logits(model, pick_device(device))
+    weights = steps[14].convert(dict(state))  # the checkpoint's layouts -> MAX's (step 14)
+    next_logits = compile_model(steps, config, weights, pick_device(device), path == "cache")
     compile_s = time.perf_counter() - started
     kwargs = dict(n_positions=config.n_positions, temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up

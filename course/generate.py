@@ -92,20 +92,18 @@ def import_steps(target: str, steps_dir: Path, numbers: list[int]) -> dict[int, 
 
 def learner_fault(error: BaseException, folder: Path) -> str:
     """One line for an unexpected error, naming the step file it came from and how to check it."""
-    from course.hints import describe, shown
+    from course.hints import describe, explain_exception
 
-    step = None
-    tb = error.__traceback__
+    files, tb = [], error.__traceback__
     while tb is not None:
         file = Path(tb.tb_frame.f_code.co_filename)
         if file.parent == folder and file.name.startswith("step_"):
-            step = (file, tb.tb_lineno)
+            files.append(file)
         tb = tb.tb_next
-    if step is None:
+    if not files:
         return f"unexpected error: {describe(error)}"
-    file, line = step
-    number = int(file.name[5:7])
-    return f"{describe(error)} — at {shown(file)}, line {line}; check step {number:02d} with `pixi run s{number:02d}`"
+    number = int(files[-1].name[5:7])  # the innermost step file on the traceback
+    return f"{explain_exception(error, files[-1])}; check step {number:02d} with `pixi run s{number:02d}`"
 
 
 # --- the model ----------------------------------------------------------------------------
@@ -119,6 +117,19 @@ def pick_device(name: str):
     if accelerator_count() == 0:
         raise Stop("--device gpu: MAX finds no GPU on this machine; run on the CPU (--device cpu, the default)")
     return Accelerator()
+
+
+def compile_model(steps: dict[int, object], config, state: dict, device, cached: bool):
+    """Step 11's model (or step 15's cached one) with ``state`` loaded, compiled into ``next_logits(ids)``."""
+    from max.experimental import functional as F
+
+    model_class = steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel
+    with F.lazy():
+        model = model_class(config)
+    model.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
+    if cached:
+        return steps[15].CachedNextLogits(model, config, device)
+    return steps[13].compile_next_logits(model, device)
 
 
 class Generator:
@@ -144,16 +155,7 @@ class Generator:
         note = "the first run on a machine takes a few minutes (MAX compiles and caches it); later runs take seconds"
         started = time.perf_counter()
         with err.status(f"Compiling GPT-2 ({config.n_layer} layers, {millions:.0f}M parameters, {kind}) with MAX: {note} …"):
-            from max.experimental import functional as F
-
-            model_class = steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel
-            with F.lazy():
-                model = model_class(config)
-            model.load_state_dict({name: runtime.from_numpy(value) for name, value in pretrained.state.items()})
-            if cached:
-                self.next_logits = steps[15].CachedNextLogits(model, config, device)
-            else:
-                self.next_logits = steps[13].compile_next_logits(model, device)
+            self.next_logits = compile_model(steps, config, pretrained.state, device, cached)
         err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s.[/]")
         del self.pretrained  # the model holds the weights now
 
@@ -190,12 +192,13 @@ class Generator:
                     sys.stdout.write(text[len(shown) :])
                     sys.stdout.flush()
                     shown = text
-        except ValueError as error:
-            raise Stop(str(error)) from None
-        text = self.text(new)
-        if not a.json:
-            sys.stdout.write(text[len(shown) :] + "\n")
-            sys.stdout.flush()
+            text = self.text(new)
+            if not a.json:
+                sys.stdout.write(text[len(shown) :])
+        finally:  # end the streamed line, also when an error stops the loop
+            if not a.json:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
         report_speed(started, times)
         return {"prompt_ids": ids, "new_ids": new, "text": text}
 
@@ -236,8 +239,6 @@ def interactive(generator: Generator) -> None:
 def main(argv: list[str] | None = None, prog: str = "python -m course.generate") -> int:
     args = parser(prog).parse_args(argv)
     try:
-        if args.prompt is not None and not args.prompt:
-            raise Stop("the prompt is empty: give the model some text to continue")
         runtime.setup()
         numbers = NEEDED if args.no_cache else [*NEEDED, CACHE_STEP]
         steps = import_steps(args.target, args.steps_dir, numbers)

@@ -33,7 +33,7 @@ import re
 import sys
 from pathlib import Path
 
-from course.outline import SOLUTIONS, STEPS
+from course.outline import SOLUTIONS, STEPS, available, step_path
 
 STUB_OPEN = re.compile(r"^(?P<indent>\s*)# ANCHOR: (?P<name>[\w-]+) \| stub: (?P<stub>.*)$")
 ANCHOR_LINE = re.compile(r"^\s*# ANCHOR(_END)?: [\w-]+")
@@ -151,10 +151,8 @@ def unfinished(steps_dir: Path = STEPS, numbers: list[int] | None = None) -> dic
 
     A missing file counts as wholly unfinished (its TODO list is empty then)."""
     result = {}
-    for solution in sorted(SOLUTIONS.glob("step_*.py")):
-        number = int(re.match(r"step_(\d+)_", solution.name)[1])
-        if numbers is not None and number not in numbers:
-            continue
+    for number in numbers if numbers is not None else available():
+        solution = step_path(number)
         target = steps_dir / solution.name
         if not target.exists():
             result[number] = []

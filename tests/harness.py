@@ -241,6 +241,13 @@ def rejects(fn, *args, error: type[Exception] | tuple[type[Exception], ...], wha
 # --- steps 13-15
 
 
+def top_two_tied(logits: np.ndarray) -> np.ndarray:
+    """Per row of logits (last axis): whether the two largest are closer than twice the tolerance,
+    so that float32 rounding may pick either as the argmax."""
+    top2 = np.sort(logits, axis=-1)[..., -2:]
+    return top2[..., 1] - top2[..., 0] <= 2 * (ATOL + RTOL * np.abs(top2[..., 1]))
+
+
 def greedy_agreement(got: list[int], expected: list[int], scores: list[np.ndarray], what: str) -> str | None:
     """None when the greedy tokens ``got`` equal Hugging Face's; a note when they part on a tie; else fails.
 
@@ -250,10 +257,9 @@ def greedy_agreement(got: list[int], expected: list[int], scores: list[np.ndarra
     if got == expected:
         return None
     at = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-    if at < min(len(got), len(expected)):
+    if at < min(len(got), len(expected)) and top_two_tied(scores[at]):
         top2 = np.sort(scores[at])[-2:]
-        if top2[1] - top2[0] <= 2 * (ATOL + RTOL * abs(top2[1])):
-            return f"{what}: equal for {at} tokens, then a tie (the top two logits are {top2[1] - top2[0]:.1e} apart)"
+        return f"{what}: equal for {at} tokens, then a tie (the top two logits are {top2[1] - top2[0]:.1e} apart)"
     fail(
         f"greedy tokens for {what} differ from Hugging Face's generate at new token {at}: "
         f"got {got[at:at + 5]}…, expected {expected[at:at + 5]}… ({len(got)} vs {len(expected)} tokens)"

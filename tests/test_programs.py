@@ -23,7 +23,7 @@ import pytest
 
 from course.outline import ROOT, SOLUTIONS
 from harness import greedy_agreement
-from reference import GEN, generation_model, hf_greedy
+from reference import GEN, generation_model, hf_greedy, train_byte_bpe
 
 pytestmark = pytest.mark.programs
 
@@ -38,12 +38,8 @@ TEXT = (
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A small random GPT-2 and a byte-level BPE, saved as a Hugging Face checkpoint folder."""
-    from tokenizers import ByteLevelBPETokenizer
-
     folder = tmp_path_factory.mktemp("tiny-gpt2")
-    tokenizer = ByteLevelBPETokenizer(add_prefix_space=False)
-    tokenizer.train_from_iterator([TEXT], vocab_size=GEN["vocab_size"], min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False)
-    tokenizer.save_model(str(folder))
+    tokenizer = train_byte_bpe(folder, TEXT, vocab_size=GEN["vocab_size"])
     eos = tokenizer.token_to_id("<|endoftext|>")
     model = generation_model()
     model.config.eos_token_id = model.config.bos_token_id = eos

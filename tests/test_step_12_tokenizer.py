@@ -29,6 +29,7 @@ import pytest
 from course.hints import todo_label, todos_in
 from course.outline import ROOT
 from harness import attribute, call, fail, todo_in
+from reference import train_byte_bpe
 
 pytestmark = pytest.mark.step12
 
@@ -85,13 +86,8 @@ def _training_text() -> str:
 @pytest.fixture(scope="module")
 def trained_files(tmp_path_factory) -> tuple[Path, Path]:
     """A small byte-level BPE trained here, saved as vocab.json and merges.txt."""
-    from tokenizers import ByteLevelBPETokenizer
-
-    trainer = ByteLevelBPETokenizer(add_prefix_space=False)  # ByteLevel(use_regex=True): GPT-2's regex
-    trainer.train_from_iterator([_training_text()], vocab_size=600, min_frequency=2, special_tokens=[END_OF_TEXT],
-                                show_progress=False)
     folder = tmp_path_factory.mktemp("trained_bpe")
-    trainer.save_model(str(folder))
+    train_byte_bpe(folder, _training_text(), vocab_size=600)
     return folder / "vocab.json", folder / "merges.txt"
 
 

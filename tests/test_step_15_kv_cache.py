@@ -88,14 +88,19 @@ def eager_prefill(model, config) -> None:
         fail(f"{what} should return one [1, H, 3, D] key tensor per layer after 3 tokens — {todo_in(type(model).forward)}")
 
 
+def compile_cached(step, reference):
+    """The learner's cached model with ``reference``'s weights, compiled by the step's given code."""
+    config = solution(1).GPT2Config.from_hf(reference.config)
+    model = build(attribute(step, "CachedGPT2LMHeadModel"), config)
+    load_weights(model, to_max_state(reference))
+    eager_prefill(model, config)
+    return call(attribute(step, "CachedNextLogits"), model, config)
+
+
 def cached_next_logits(step, reference):
-    """The learner's cached model, compiled by the step's given code, once per test run."""
+    """:func:`compile_cached`, once per test run (compiling costs seconds)."""
     if step.__file__ not in _compiled:
-        config = solution(1).GPT2Config.from_hf(reference.config)
-        model = build(attribute(step, "CachedGPT2LMHeadModel"), config)
-        load_weights(model, to_max_state(reference))
-        eager_prefill(model, config)
-        _compiled[step.__file__] = call(attribute(step, "CachedNextLogits"), model, config)
+        _compiled[step.__file__] = compile_cached(step, reference)
     return _compiled[step.__file__]
 
 
@@ -155,12 +160,7 @@ def test_decoding_does_not_recompile(step, monkeypatch):
     loads = []  # each graph MAX compiles goes through this method (Module.compile -> CompiledCallable)
     original = InferenceSession.compile_reusing_mefs
     monkeypatch.setattr(InferenceSession, "compile_reusing_mefs", lambda self, *a, **k: loads.append(1) or original(self, *a, **k))
-    reference = generation_model(seed=99)  # new weights, so this builds and compiles again
-    config = solution(1).GPT2Config.from_hf(reference.config)
-    model = build(attribute(step, "CachedGPT2LMHeadModel"), config)
-    load_weights(model, to_max_state(reference))
-    eager_prefill(model, config)
-    next_logits = call(attribute(step, "CachedNextLogits"), model, config)
+    next_logits = compile_cached(step, generation_model(seed=99))  # new weights: built and compiled again
     compiled = len(loads)
     tokens = list(solution(13).generate(next_logits, [1, 2, 3], 20, n_positions=GEN["n_positions"], temperature=0.0))
     prompt_again = list(solution(13).generate(next_logits, [4, 5, 6, 7, 8, 9], 20, n_positions=GEN["n_positions"], temperature=0.0))
