@@ -3,6 +3,8 @@
     pixi run bench                         # GPT-2 small's sizes, random weights, 3 rounds
     pixi run bench --new-tokens 512 --rounds 5 --json
     pixi run bench --plot book/src/bench.svg
+    pixi run bench --quantize q4_0 q4_k q6_k   # add the quantized paths and their accuracy
+    pixi run bench --model gpt2 --quantize q6_k # real weights (downloaded once), not random ones
 
 Fair by construction:
 
@@ -17,6 +19,12 @@ Fair by construction:
 Hugging Face runs ``GPT2LMHeadModel.generate`` (greedy, with its cache); its step
 times come from a logits processor called once per token. Ours run
 ``solutions/``: step 13's loop over step 13's graph (no cache) or step 15's.
+
+``--quantize`` adds step 15's cached model with its weights in GGUF block formats
+(``course.quantize``), one path per format. Its accuracy cost is measured once,
+in the first round: float32's greedy tokens are fed to both models, and the
+quantized logits before each new token are compared with float32's (top-1
+agreement, largest |Δ logit|).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from rich.table import Table
 from course.outline import ROOT, SOLUTIONS
 
 PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)"}
+QUANTIZED = ("q4_0", "q4_k", "q6_k")
+PATHS |= {f"cache_{name}": f"ours, KV cache, {name} weights" for name in QUANTIZED}
 err = Console(stderr=True, highlight=False)
 
 
@@ -66,35 +76,49 @@ def _random_state(config) -> dict:
     return out
 
 
-def worker(path: str, new_tokens: int, prompt_tokens: int, layers: int, device: str) -> dict:
+def worker(path: str, new_tokens: int, prompt_tokens: int, layers: int, device: str, model: str | None, accuracy: bool) -> dict:
     """One path in this process: warm up, then time one greedy generation."""
     sys.path.insert(0, str(SOLUTIONS))
     from step_01_config import GPT2Config
 
-    config = GPT2Config(n_layer=layers)
-    prompt = _prompt(prompt_tokens, config.vocab_size)
-    state = _random_state(config)
-    if path == "hf":
-        times = _time_hf(config, state, prompt, new_tokens)
-        compile_s = 0.0
+    if model:
+        from step_14_pretrained import CheckpointError, load_pretrained
+
+        try:
+            pretrained = load_pretrained(model)
+        except CheckpointError as error:
+            raise SystemExit(str(error)) from None
+        config, state, hf_state = pretrained.config, pretrained.state, pretrained.folder
     else:
-        times, compile_s = _time_ours(path, config, state, prompt, new_tokens, device)
+        config = GPT2Config(n_layer=layers)
+        hf_state = _random_state(config)
+        state = None  # converted from hf_state (step 14) by the MAX paths
+    prompt = _prompt(prompt_tokens, config.vocab_size)
+    result = {"compile_s": 0.0}
+    if path == "hf":
+        times = _time_hf(config, hf_state, prompt, new_tokens)
+    else:
+        times, result = _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accuracy)
     steps = [b - a for a, b in zip(times, times[1:])]
-    return {"prefill_ms": 1000 * (times[1] - times[0]), "decode_tok_s": len(steps[1:]) / sum(steps[1:]),
-            "step_ms": [1000 * s for s in steps[1:]], "compile_s": compile_s}
+    return result | {"prefill_ms": 1000 * (times[1] - times[0]), "decode_tok_s": len(steps[1:]) / sum(steps[1:]),
+                     "step_ms": [1000 * s for s in steps[1:]]}
 
 
 def _time_hf(config, state, prompt, new_tokens) -> list[float]:
+    """``state``: HF-named random weights, or the folder of a real checkpoint."""
     import torch
     import transformers
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    hf_config = transformers.GPT2Config(n_layer=config.n_layer, bos_token_id=0, eos_token_id=0)
-    with torch.device("meta"):
-        model = transformers.GPT2LMHeadModel(hf_config)
-    model = model.to_empty(device="cpu")
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
-    model.tie_weights()
+    if isinstance(state, Path):
+        model = transformers.GPT2LMHeadModel.from_pretrained(state)
+    else:
+        hf_config = transformers.GPT2Config(n_layer=config.n_layer, bos_token_id=0, eos_token_id=0)
+        with torch.device("meta"):
+            model = transformers.GPT2LMHeadModel(hf_config)
+        model = model.to_empty(device="cpu")
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
+        model.tie_weights()
     model.eval()
 
     class Clock(LogitsProcessor):
@@ -115,7 +139,7 @@ def _time_hf(config, state, prompt, new_tokens) -> list[float]:
     return [start, *clock.times]
 
 
-def _time_ours(path, config, state, prompt, new_tokens, device) -> tuple[list[float], float]:
+def _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accuracy) -> tuple[list[float], dict]:
     from course import runtime
 
     runtime.setup()
@@ -123,22 +147,36 @@ def _time_ours(path, config, state, prompt, new_tokens, device) -> tuple[list[fl
 
     steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15])
     gen = steps[13]
+    quantize = path.removeprefix("cache_") if path.startswith("cache_") else None
     started = time.perf_counter()
-    weights = steps[14].convert(dict(state))  # the checkpoint's layouts -> MAX's (step 14)
-    next_logits = compile_model(steps, config, weights, pick_device(device), path == "cache")
-    compile_s = time.perf_counter() - started
+    if state is None:
+        state = steps[14].convert(dict(hf_state))  # the checkpoint's layouts -> MAX's (step 14)
+    if quantize:
+        from course.quantize import check
+
+        check(quantize, config, pick_device(device))
+    next_logits = compile_model(steps, config, state, pick_device(device), path != "no_cache", quantize)
+    result = {"compile_s": time.perf_counter() - started}
     kwargs = dict(n_positions=config.n_positions, temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
     start = time.perf_counter()
     times = [start]
     for _ in gen.generate(next_logits, prompt, new_tokens, **kwargs):
         times.append(time.perf_counter())
-    return times, compile_s
+    if quantize and accuracy:
+        from course.quantize import agreement, logits_along
+
+        reference = compile_model(steps, config, state, pick_device(device), True)
+        tokens = list(gen.generate(reference, prompt, new_tokens, **kwargs))
+        result["accuracy"] = agreement(logits_along(reference, prompt, tokens), logits_along(next_logits, prompt, tokens))
+    return times, result
 
 
-def _run_worker(path: str, args) -> dict:
+def _run_worker(path: str, args, accuracy: bool = False) -> dict:
     command = [sys.executable, "-m", "course.bench", "--worker", path, "--new-tokens", str(args.new_tokens),
                "--prompt-tokens", str(args.prompt_tokens), "--layers", str(args.layers), "--device", args.device]
+    command += ["--model", args.model] if args.model else []
+    command += ["--accuracy"] if accuracy else []
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -148,14 +186,15 @@ def _run_worker(path: str, args) -> dict:
 
 def _median(runs: list[dict]) -> dict:
     steps = [statistics.median(values) for values in zip(*(r["step_ms"] for r in runs))]
-    return {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs),
-            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs),
-            "compile_s": statistics.median(r["compile_s"] for r in runs), "step_ms": steps}
+    out = {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs),
+           "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs),
+           "compile_s": statistics.median(r["compile_s"] for r in runs), "step_ms": steps}
+    return out | ({"accuracy": runs[0]["accuracy"]} if "accuracy" in runs[0] else {})
 
 
 def plot(results: dict, file: Path) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
-    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8"}
+    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
     curves = {}
     for path, r in results.items():
         total, points = 0.0, []
@@ -193,36 +232,55 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--prompt-tokens", type=int, default=12)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--layers", type=int, default=12, help="n_layer (GPT-2 small: 12)")
+    p.add_argument("--layers", type=int, default=12, help="n_layer of the random model (GPT-2 small: 12)")
+    p.add_argument("--model", help="a checkpoint (Hub id or folder, as for main) instead of random weights")
+    p.add_argument("--quantize", nargs="+", choices=QUANTIZED, default=[], help="add the cached model with weights in these formats (CPU only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, help="write decode tok/s against generated length as an SVG")
     p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)
+    p.add_argument("--accuracy", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.new_tokens, args.prompt_tokens, args.layers, args.device)))
+        result = worker(args.worker, args.new_tokens, args.prompt_tokens, args.layers, args.device, args.model, args.accuracy)
+        print(json.dumps(result))
         return 0
     if args.new_tokens < 3 or args.prompt_tokens < 1 or args.rounds < 1:
         raise SystemExit("bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more")
-    runs = {path: [] for path in PATHS}
+    paths = ["hf", "no_cache", "cache", *(f"cache_{name}" for name in args.quantize)]
+    runs = {path: [] for path in paths}
     with err.status("") as status:
         for round_ in range(1, args.rounds + 1):
-            for path in PATHS:
+            for path in paths:
                 status.update(f"round {round_}/{args.rounds}: {PATHS[path]} (its own process; the first MAX run compiles for minutes)")
-                runs[path].append(_run_worker(path, args))
+                runs[path].append(_run_worker(path, args, accuracy=round_ == 1 and path.startswith("cache_")))
     results = {path: _median(r) for path, r in runs.items()}
     hf = results["hf"]["decode_tok_s"]
     if args.plot:
         plot(results, args.plot)
     if args.json:
-        print(json.dumps({path: {"prefill_ms": round(r["prefill_ms"], 2), "decode_tok_s": round(r["decode_tok_s"], 2),
-                                 "vs_hf": round(r["decode_tok_s"] / hf, 3)} for path, r in results.items()}))
+        out = {}
+        for path, r in results.items():
+            out[path] = {"prefill_ms": round(r["prefill_ms"], 2), "decode_tok_s": round(r["decode_tok_s"], 2), "vs_hf": round(r["decode_tok_s"] / hf, 3)}
+            if "accuracy" in r:
+                out[path] |= {"top1_vs_fp32": round(r["accuracy"]["top1"], 4), "max_logit_err": round(r["accuracy"]["max_abs_err"], 4)}
+        print(json.dumps(out))
         return 0
-    table = Table(title=f"GPT-2 ({args.layers} layers, random weights), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
-    for column in ("path", "prefill ms", "decode tok/s", "× Hugging Face"):
+    weights = f"{args.model}'s weights" if args.model else f"{args.layers} layers, random weights"
+    table = Table(title=f"GPT-2 ({weights}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
+    columns = ["path", "prefill ms", "decode tok/s", "× Hugging Face"]
+    columns += ["top-1 vs fp32", "max |Δ logit|"] if args.quantize else []
+    for column in columns:
         table.add_column(column, justify="left" if column == "path" else "right")
     for path, r in results.items():
-        table.add_row(PATHS[path], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}")
+        row = [PATHS[path], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}"]
+        if args.quantize:
+            a = r.get("accuracy")
+            row += [f"{round(a['top1'] * a['steps'])}/{a['steps']}", f"{a['max_abs_err']:.3f}"] if a else ["", ""]
+        table.add_row(*row)
     Console(highlight=False).print(table)
+    if args.quantize:
+        std = next(r["accuracy"]["logit_std"] for r in results.values() if "accuracy" in r)
+        err.print(f"[dim]top-1 and |Δ logit|: float32's greedy tokens fed to both models; float32's logits have a standard deviation of {std:.2f}.[/]")
     return 0
 
 

@@ -56,6 +56,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="the random seed: the same seed gives the same text")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where MAX runs the model")
     p.add_argument("--no-cache", action="store_true", help="rerun the whole sequence for every token (step 13) instead of the KV cache (step 15)")
+    p.add_argument("--quantize", choices=["q4_0", "q4_k", "q6_k"], help="store the weights in a GGUF block format (CPU only): faster, a little less accurate; see chapter 15")
     p.add_argument("--json", action="store_true", help='print one object: {"prompt_ids", "new_ids", "text"}')
     return p
 
@@ -119,14 +120,22 @@ def pick_device(name: str):
     return Accelerator()
 
 
-def compile_model(steps: dict[int, object], config, state: dict, device, cached: bool):
-    """Step 11's model (or step 15's cached one) with ``state`` loaded, compiled into ``next_logits(ids)``."""
+def compile_model(steps: dict[int, object], config, state: dict, device, cached: bool, quantize: str | None = None):
+    """Step 11's model (or step 15's cached one) with ``state`` loaded, compiled into ``next_logits(ids)``.
+
+    With ``quantize`` (q4_0, q4_k or q6_k), its Linear layers and head are swapped
+    for quantized ones (course.quantize) before compiling.
+    """
     from max.experimental import functional as F
 
     model_class = steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel
     with F.lazy():
         model = model_class(config)
     model.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
+    if quantize:
+        from course.quantize import quantize_model
+
+        quantize_model(model, state, quantize)
     if cached:
         return steps[15].CachedNextLogits(model, config, device)
     return steps[13].compile_next_logits(model, device)
@@ -145,6 +154,13 @@ class Generator:
                 raise Stop(str(error)) from None
             self.tokenizer = steps[12].Tokenizer.from_dir(pretrained.folder)
         self.config, self.pretrained, self.device = pretrained.config, pretrained, device
+        if args.quantize:
+            from course.quantize import check
+
+            try:
+                check(args.quantize, self.config, device)
+            except ValueError as error:
+                raise Stop(str(error)) from None
 
     def compile(self) -> None:
         """Builds the model with the checkpoint's weights and compiles it (minutes the first time, then seconds)."""
@@ -152,11 +168,13 @@ class Generator:
         millions = sum(v.size for v in pretrained.state.values()) / 1e6
         cached = not args.no_cache
         kind = "with a KV cache" if cached else "without a cache"
+        if args.quantize:
+            kind += f", weights in {args.quantize}"
         note = "the first run on a machine takes a few minutes (MAX compiles and caches it); later runs take seconds"
         started = time.perf_counter()
         with err.status(f"Compiling GPT-2 ({config.n_layer} layers, {millions:.0f}M parameters, {kind}) with MAX: {note} …"):
-            self.next_logits = compile_model(steps, config, pretrained.state, device, cached)
-        err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s.[/]")
+            self.next_logits = compile_model(steps, config, pretrained.state, device, cached, args.quantize)
+        err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s ({kind}).[/]")
         del self.pretrained  # the model holds the weights now
 
     def encode(self, prompt: str) -> list[int]:

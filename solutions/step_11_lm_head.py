@@ -40,15 +40,21 @@ class GPT2LMHeadModel(Module):
         self.transformer = GPT2Model(config)
         # ANCHOR_END: transformer
 
-    def forward(self, input_ids: Tensor) -> Tensor:
-        # TODO 2: Run the body, then score each hidden vector against every row of
-        #   the token embedding table: [batch, seq, n_embd] -> [batch, seq, vocab_size].
+    def head(self, hidden: Tensor) -> Tensor:
+        """The language-model head: hidden vectors [..., n_embd] -> logits [..., vocab_size]."""
+        # TODO 2: Score each hidden vector against every row of the token embedding
+        #   table.
         # Hint: the table is self.transformer.wte.weight, [vocab_size, n_embd];
         #   t.T is a 2-D tensor's transpose.
         # ANCHOR: logits | stub: return None
-        hidden = self.transformer(input_ids)
         return hidden @ self.transformer.wte.weight.T
         # ANCHOR_END: logits
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        # TODO 3: Run the body, then the head: [batch, seq] ids -> [batch, seq, vocab_size].
+        # ANCHOR: forward | stub: return None
+        return self.head(self.transformer(input_ids))
+        # ANCHOR_END: forward
 
 
 # ANCHOR_END: lm_head_model

@@ -122,7 +122,7 @@ class CachedGPT2LMHeadModel(GPT2LMHeadModel):
         # Hint: Embeddings.forward(body, input_ids, past_len) is step 06's embedding
         #   with a start position (GPT2Model overrides forward, so name the class).
         #   zip(body.h, past_keys, past_values) walks the layers. x[:, -1, :] is the
-        #   last position, and the head is step 11's: hidden @ wte.weight.T.
+        #   last position, and the head is step 11's: self.head(hidden).
         # ANCHOR: model_forward | stub: return None
         x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[2])
         keys, values = [], []
@@ -130,8 +130,7 @@ class CachedGPT2LMHeadModel(GPT2LMHeadModel):
             x, k, v = block(x, past_k, past_v)
             keys.append(k)
             values.append(v)
-        hidden = body.ln_f(x[:, -1, :])
-        return hidden @ body.wte.weight.T, keys, values
+        return self.head(body.ln_f(x[:, -1, :])), keys, values
         # ANCHOR_END: model_forward
 
 

@@ -39,9 +39,14 @@ class GPT2LMHeadModel(Module):
         # Hint: no lm_head layer: the head reuses transformer.wte's weight.
         self.transformer = None
 
-    def forward(self, input_ids: Tensor) -> Tensor:
-        # TODO 2: Run the body, then score each hidden vector against every row of
-        #   the token embedding table: [batch, seq, n_embd] -> [batch, seq, vocab_size].
+    def head(self, hidden: Tensor) -> Tensor:
+        """The language-model head: hidden vectors [..., n_embd] -> logits [..., vocab_size]."""
+        # TODO 2: Score each hidden vector against every row of the token embedding
+        #   table.
         # Hint: the table is self.transformer.wte.weight, [vocab_size, n_embd];
         #   t.T is a 2-D tensor's transpose.
+        return None
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        # TODO 3: Run the body, then the head: [batch, seq] ids -> [batch, seq, vocab_size].
         return None

@@ -106,7 +106,7 @@ class CachedGPT2LMHeadModel(GPT2LMHeadModel):
         # Hint: Embeddings.forward(body, input_ids, past_len) is step 06's embedding
         #   with a start position (GPT2Model overrides forward, so name the class).
         #   zip(body.h, past_keys, past_values) walks the layers. x[:, -1, :] is the
-        #   last position, and the head is step 11's: hidden @ wte.weight.T.
+        #   last position, and the head is step 11's: self.head(hidden).
         return None
 
 

@@ -92,7 +92,7 @@ PLANTED = {
             "        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)\n",
             "return self.lm_head(hidden)",
         ),
-        r"has its own parameter lm_head\.weight: .*weight tying\) — TODO 1, 2 in ",
+        r"has its own parameter lm_head\.weight: .*weight tying\) — TODO 1, 2, 3 in ",
     ),
     "LM head without the transpose": (
         11,

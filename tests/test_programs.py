@@ -7,7 +7,9 @@ here (no network, no real weights needed):
 * greedy ``--json`` output is token-identical to ``GPT2LMHeadModel.generate`` for
   three prompts and 32 new tokens, with the KV cache and without it;
 * every bad input ends in one line on stderr and a non-zero exit, never a traceback;
-* ``gpt2`` on unfinished steps names them and the command that checks each.
+* ``gpt2`` on unfinished steps names them and the command that checks each;
+* ``--quantize`` generates, and refuses a width its format cannot block;
+* ``bench --model DIR --json`` runs every path on a checkpoint folder.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ BAD = {
     "negative temperature": (["--prompt", "Hello", "--temperature", "-1"], ["temperature"]),
     "negative top-k": (["--prompt", "Hello", "--top-k", "-3"], ["top-k"]),
     "top-p above 1": (["--prompt", "Hello", "--top-p", "1.5"], ["top-p"]),
+    "k-quant on a 64-wide model": (["--prompt", "Hello", "--quantize", "q4_k"], ["multiples of 256", "n_embd is 64"]),
 }
 
 
@@ -133,6 +136,29 @@ def test_bad_checkpoints_are_one_clear_line(checkpoint, tmp_path):
     offline = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     one_line_error(program("--model", "gpt2", "--prompt", "Hi", env=offline), "gpt2")
     one_line_error(program("--model", "no-such-user/no-such-model", "--prompt", "Hi", env=offline), "no-such-user/no-such-model")
+
+
+def test_main_quantized(checkpoint):
+    """`main --quantize q4_0` generates, and says so while compiling"""
+    result = program("--model", str(checkpoint), "--prompt", "Hello world", "--temperature", "0",
+                     "--max-new-tokens", "16", "--quantize", "q4_0", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert 1 <= len(out["new_ids"]) <= 16 and all(0 <= t < 320 for t in out["new_ids"]), out
+    assert "weights in q4_0" in result.stderr, result.stderr
+
+
+def test_bench_json_on_a_checkpoint(checkpoint):
+    """`bench --model DIR --quantize q4_0 --json`: every path timed, the quantized one with its accuracy"""
+    result = subprocess.run(
+        [sys.executable, "-m", "course.bench", "--model", str(checkpoint), "--rounds", "1", "--new-tokens", "8",
+         "--quantize", "q4_0", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert list(out) == ["hf", "no_cache", "cache", "cache_q4_0"], out
+    assert out["hf"]["vs_hf"] == 1.0 and all(r["decode_tok_s"] > 0 and r["prefill_ms"] > 0 for r in out.values()), out
+    assert 0 <= out["cache_q4_0"]["top1_vs_fp32"] <= 1 and out["cache_q4_0"]["max_logit_err"] > 0, out
 
 
 def test_device_gpu_without_one(checkpoint):
