@@ -40,11 +40,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from course.generate import QUANTIZE
 from course.outline import ROOT, SOLUTIONS
 
 PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)"}
-QUANTIZED = ("q4_0", "q4_k", "q6_k")
-PATHS |= {f"cache_{name}": f"ours, KV cache, {name} weights" for name in QUANTIZED}
+PATHS |= {f"cache_{name}": f"ours, KV cache, {name} weights" for name in QUANTIZE}
 err = Console(stderr=True, highlight=False)
 
 
@@ -148,14 +148,15 @@ def _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accura
     steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15])
     gen = steps[13]
     quantize = path.removeprefix("cache_") if path.startswith("cache_") else None
+    device = pick_device(device)
     started = time.perf_counter()
     if state is None:
         state = steps[14].convert(dict(hf_state))  # the checkpoint's layouts -> MAX's (step 14)
     if quantize:
         from course.quantize import check
 
-        check(quantize, config, pick_device(device))
-    next_logits = compile_model(steps, config, state, pick_device(device), path != "no_cache", quantize)
+        check(quantize, config, device)
+    next_logits = compile_model(steps, config, state, device, path != "no_cache", quantize)
     result = {"compile_s": time.perf_counter() - started}
     kwargs = dict(n_positions=config.n_positions, temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
@@ -166,7 +167,7 @@ def _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accura
     if quantize and accuracy:
         from course.quantize import agreement, logits_along
 
-        reference = compile_model(steps, config, state, pick_device(device), True)
+        reference = compile_model(steps, config, state, device, True)
         tokens = list(gen.generate(reference, prompt, new_tokens, **kwargs))
         result["accuracy"] = agreement(logits_along(reference, prompt, tokens), logits_along(next_logits, prompt, tokens))
     return times, result
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--layers", type=int, default=12, help="n_layer of the random model (GPT-2 small: 12)")
     p.add_argument("--model", help="a checkpoint (Hub id or folder, as for main) instead of random weights")
-    p.add_argument("--quantize", nargs="+", choices=QUANTIZED, default=[], help="add the cached model with weights in these formats (CPU only)")
+    p.add_argument("--quantize", nargs="+", choices=QUANTIZE, default=[], help="add the cached model with weights in these formats (CPU only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, help="write decode tok/s against generated length as an SVG")
     p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)

@@ -30,6 +30,9 @@ from course.outline import OUTLINE, SOLUTIONS, STEPS, step_path
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+#: The weight formats of ``--quantize`` (course.quantize.FORMATS has their block sizes).
+QUANTIZE = ("q4_0", "q4_k", "q6_k")
+
 #: What the programs need, by step: everything up to the weights, and the cache.
 NEEDED = list(range(1, 15))
 CACHE_STEP = 15
@@ -56,7 +59,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="the random seed: the same seed gives the same text")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where MAX runs the model")
     p.add_argument("--no-cache", action="store_true", help="rerun the whole sequence for every token (step 13) instead of the KV cache (step 15)")
-    p.add_argument("--quantize", choices=["q4_0", "q4_k", "q6_k"], help="store the weights in a GGUF block format (CPU only): faster, a little less accurate; see chapter 15")
+    p.add_argument("--quantize", choices=QUANTIZE, help="store the weights in a GGUF block format (CPU only): faster, a little less accurate; see chapter 15")
     p.add_argument("--json", action="store_true", help='print one object: {"prompt_ids", "new_ids", "text"}')
     return p
 
