@@ -1,5 +1,5 @@
 # Your file for step 01: fill in its TODOs, then run `pixi run s01`.
-# (Rendered from solutions/step_01_config.py by `python -m course.render`.)
+# (Rendered from solutions/step_01_config.py by `python -m course.authoring.render`.)
 """Step 01 · Model configuration.
 
 Every GPT-2, from the 124M "small" model to the 1.5B "XL", is the same network

@@ -1,5 +1,5 @@
 # Your file for step 02: fill in its TODOs, then run `pixi run s02`.
-# (Rendered from solutions/step_02_causal_mask.py by `python -m course.render`.)
+# (Rendered from solutions/step_02_causal_mask.py by `python -m course.authoring.render`.)
 """Step 02 · The causal mask.
 
 GPT-2 predicts each token from the tokens before it, never from the ones after.

@@ -1,5 +1,5 @@
 # Your file for step 03: fill in its TODOs, then run `pixi run s03`.
-# (Rendered from solutions/step_03_layer_norm.py by `python -m course.render`.)
+# (Rendered from solutions/step_03_layer_norm.py by `python -m course.authoring.render`.)
 """Step 03 · Layer normalization.
 
 Deep networks train and run stably when each token's vector keeps a steady

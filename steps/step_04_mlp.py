@@ -1,5 +1,5 @@
 # Your file for step 04: fill in its TODOs, then run `pixi run s04`.
-# (Rendered from solutions/step_04_mlp.py by `python -m course.render`.)
+# (Rendered from solutions/step_04_mlp.py by `python -m course.authoring.render`.)
 """Step 04 · The feed-forward network (MLP).
 
 After attention has mixed information *between* tokens, each block gives every

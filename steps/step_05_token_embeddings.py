@@ -1,5 +1,5 @@
 # Your file for step 05: fill in its TODOs, then run `pixi run s05`.
-# (Rendered from solutions/step_05_token_embeddings.py by `python -m course.render`.)
+# (Rendered from solutions/step_05_token_embeddings.py by `python -m course.authoring.render`.)
 """Step 05 · Token embeddings.
 
 A model reads numbers, not text. The tokenizer (step 12) turns text into token

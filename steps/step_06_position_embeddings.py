@@ -1,5 +1,5 @@
 # Your file for step 06: fill in its TODOs, then run `pixi run s06`.
-# (Rendered from solutions/step_06_position_embeddings.py by `python -m course.render`.)
+# (Rendered from solutions/step_06_position_embeddings.py by `python -m course.authoring.render`.)
 """Step 06 · Position embeddings.
 
 Attention (step 07) compares every token with every other token, and by itself

@@ -1,5 +1,5 @@
 # Your file for step 07: fill in its TODOs, then run `pixi run s07`.
-# (Rendered from solutions/step_07_attention.py by `python -m course.render`.)
+# (Rendered from solutions/step_07_attention.py by `python -m course.authoring.render`.)
 """Step 07 · Multi-head causal self-attention.
 
 Attention is where tokens exchange information. Each token makes three vectors

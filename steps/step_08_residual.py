@@ -1,5 +1,5 @@
 # Your file for step 08: fill in its TODOs, then run `pixi run s08`.
-# (Rendered from solutions/step_08_residual.py by `python -m course.render`.)
+# (Rendered from solutions/step_08_residual.py by `python -m course.authoring.render`.)
 """Step 08 · Residual connections.
 
 A GPT-2 block does not replace a token's vector; it *adds* to it. Each of its two

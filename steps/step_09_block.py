@@ -1,5 +1,5 @@
 # Your file for step 09: fill in its TODOs, then run `pixi run s09`.
-# (Rendered from solutions/step_09_block.py by `python -m course.render`.)
+# (Rendered from solutions/step_09_block.py by `python -m course.authoring.render`.)
 """Step 09 · The transformer block.
 
 A block is the unit GPT-2 repeats ``n_layer`` times. It is the two residual

@@ -1,5 +1,5 @@
 # Your file for step 10: fill in its TODOs, then run `pixi run s10`.
-# (Rendered from solutions/step_10_model.py by `python -m course.render`.)
+# (Rendered from solutions/step_10_model.py by `python -m course.authoring.render`.)
 """Step 10 · Stacking blocks: the model body.
 
 GPT-2's body is the embeddings of steps 05–06, ``n_layer`` blocks (step 09) one

@@ -1,5 +1,5 @@
 # Your file for step 11: fill in its TODOs, then run `pixi run s11`.
-# (Rendered from solutions/step_11_lm_head.py by `python -m course.render`.)
+# (Rendered from solutions/step_11_lm_head.py by `python -m course.authoring.render`.)
 """Step 11 · The language-model head.
 
 The body (step 10) leaves one ``n_embd``-wide vector per token. To predict the

@@ -1,5 +1,5 @@
 # Your file for step 12: fill in its TODOs, then run `pixi run s12`.
-# (Rendered from solutions/step_12_tokenizer.py by `python -m course.render`.)
+# (Rendered from solutions/step_12_tokenizer.py by `python -m course.authoring.render`.)
 """Step 12 · Tokenization: GPT-2's byte-level BPE.
 
 The model reads token ids (step 05); people write text. GPT-2's tokenizer

@@ -1,5 +1,5 @@
 # Your file for step 13: fill in its TODOs, then run `pixi run s13`.
-# (Rendered from solutions/step_13_generation.py by `python -m course.render`.)
+# (Rendered from solutions/step_13_generation.py by `python -m course.authoring.render`.)
 """Step 13 · Text generation.
 
 The model (step 11) scores every possible next token. Generating text is a loop

@@ -1,5 +1,5 @@
 # Your file for step 14: fill in its TODOs, then run `pixi run s14`.
-# (Rendered from solutions/step_14_pretrained.py by `python -m course.render`.)
+# (Rendered from solutions/step_14_pretrained.py by `python -m course.authoring.render`.)
 """Step 14 · Pretrained weights.
 
 Steps 01-11 built GPT-2 with random weights. OpenAI's trained weights are

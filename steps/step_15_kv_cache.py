@@ -1,5 +1,5 @@
 # Your file for step 15: fill in its TODOs, then run `pixi run s15`.
-# (Rendered from solutions/step_15_kv_cache.py by `python -m course.render`.)
+# (Rendered from solutions/step_15_kv_cache.py by `python -m course.authoring.render`.)
 """Step 15 · The KV cache: fast decoding.
 
 Step 13 reruns the whole sequence for every new token. Most of that work is

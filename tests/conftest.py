@@ -3,7 +3,7 @@
 * ``-m stepNN`` selects one step's checks (one marker per step, see pyproject.toml).
 * ``--target solutions`` (the default) checks ``solutions/``; ``--target steps`` checks
   the learner's ``steps/`` (``--steps-dir`` points it at another folder). Both options
-  live in ``course/pytest_plugin.py``, which pytest loads before it reads paths.
+  live in ``course/check/pytest_plugin.py``, which pytest loads before it reads paths.
 * An exception raised by the course itself (not by the learner's file) is reported as
   the course's failure, never as the learner's (``course_fault``).
 * Each report carries a plain title, a plain reason when it fails, and the worst
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from course import runtime
-from course.hints import explain_course_fault, explain_exception, raised_in
+from course.check.hints import explain_course_fault, explain_exception, raised_in
 from course.outline import OUTLINE, SOLUTIONS, marker
 
 import harness

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from course import runtime
-from course.hints import explain_exception, shown, todo_for_name, todo_label, todos_in
+from course.check.hints import explain_exception, shown, todo_for_name, todo_label, todos_in
 from course.outline import OUTLINE, SOLUTIONS, step_path
 
 # --- comparing numbers -------------------------------------------------------------
@@ -89,7 +89,7 @@ def load_step(number: int, target: str, steps_dir: Path):
         return solution(number)
     path = steps_dir / finished.name
     if not path.exists():
-        fail(f"{shown(path)} is missing — run `python -m course.render` to restore the stub")
+        fail(f"{shown(path)} is missing — run `python -m course.authoring.render` to restore the stub")
     name = f"learner.{finished.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -1,7 +1,7 @@
 """The book shows code only by including named anchors from solutions/; every include
 must point at a file and an anchor that exist (mdBook would render a missing anchor
 as an empty block without a word). Each chapter's experiment (book/experiments/,
-see course/experiments.py) must parse, be shown on its page, and print exactly the
+see course/authoring/experiments.py) must parse, be shown on its page, and print exactly the
 output the page shows."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from course import experiments
+from course.authoring import experiments
 from course.outline import ROOT, available, step_path
 
 pytestmark = pytest.mark.course
@@ -107,7 +107,7 @@ def test_experiment_scripts_parse_and_are_shown():
         assert script in shown, f"{chapter.name} shows the output of {script.name} but never includes the script"
         assert experiment.block is not None, (
             f"{chapter.name}: no output block under the marker for {script.name}; "
-            "`python -m course.experiments --write` adds it"
+            "`python -m course.authoring.experiments --write` adds it"
         )
     used = {experiment.script for experiment in found}
     orphans = [path.name for path in sorted(experiments.EXPERIMENTS.glob("*.py")) if path.resolve() not in used]
@@ -121,7 +121,7 @@ def test_experiment_scripts_parse_and_are_shown():
 def test_experiment_outputs_match_the_pages():
     """every experiment prints exactly the output its page shows"""
     result = subprocess.run(
-        [sys.executable, "-m", "course.experiments"],
+        [sys.executable, "-m", "course.authoring.experiments"],
         cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
     )
     if result.returncode != 0:
@@ -140,7 +140,7 @@ import threading
 import time
 import urllib.parse
 
-from course import diagrams
+from course.authoring import diagrams
 from course.outline import OUTLINE
 
 SUMMARY = BOOK / "SUMMARY.md"
@@ -308,11 +308,11 @@ def test_math_parses_in_katex():
 
 
 def test_diagrams_are_current_and_shown():
-    """book/src/diagrams/ is what course/diagrams.py draws, and every diagram is on a page"""
+    """book/src/diagrams/ is what course/authoring/diagrams.py draws, and every diagram is on a page"""
     drawn = diagrams.rendered()
     for name, text in drawn.items():
         path = diagrams.DIAGRAMS / name
-        assert path.is_file() and path.read_text() == text, f"{name} is stale: run `python -m course.diagrams`"
+        assert path.is_file() and path.read_text() == text, f"{name} is stale: run `python -m course.authoring.diagrams`"
         assert "\n\n" not in text, f"{name} has a blank line, which would end the inline HTML block"
     shown = {Path(path).name for chapter in CHAPTERS for path, _ in INCLUDE.findall(chapter.read_text())}
     assert set(drawn) <= shown, f"diagrams no chapter shows: {sorted(set(drawn) - shown)}"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
-from course import experiments, render
+from course.authoring import experiments, render
 from course.outline import ROOT, SOLUTIONS, available, step_path
 from harness import assert_close, build, forward, load_weights, solution
 from reference import SMALL, hf_config, hidden_states, run, seeded, to_max_state
@@ -231,10 +231,10 @@ def _python(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 
 def test_steps_are_rendered_from_solutions():
-    """steps/ is exactly what `python -m course.render` makes of solutions/"""
+    """steps/ is exactly what `python -m course.authoring.render` makes of solutions/"""
     problems = render.stale()
     assert not problems, (
-        "; ".join(problems) + ". Instructors: run `python -m course.render`. Learners: this is "
+        "; ".join(problems) + ". Instructors: run `python -m course.authoring.render`. Learners: this is "
         "expected once you edit steps/; check your work with `pixi run sNN` instead."
     )
 

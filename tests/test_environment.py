@@ -140,8 +140,9 @@ def test_pixi_task_targets_exist(task, argv):
         if argv[1] == "-m":
             module = argv[2]
             if module.split(".")[0] == "course":
-                path = ROOT / (module.replace(".", "/") + ".py")
-                assert path.exists(), f"task {task}: {path.relative_to(ROOT)} does not exist"
+                path = ROOT / module.replace(".", "/")
+                found = [p for p in (path.with_suffix(".py"), path / "__main__.py") if p.exists()]
+                assert found, f"task {task}: neither {path.relative_to(ROOT)}.py nor its __main__.py exists"
             else:
                 assert importlib.util.find_spec(module), f"task {task}: no module {module}"
         else:

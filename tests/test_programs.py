@@ -1,4 +1,4 @@
-"""The programs learners run: ``pixi run main`` / ``pixi run gpt2`` (``python -m course.generate``).
+"""The programs learners run: ``pixi run main`` / ``pixi run gpt2`` (``python -m course.programs.generate``).
 
 Each check runs the program in its own process, as a learner would, on a small
 random GPT-2 saved with ``save_pretrained`` together with a byte-level BPE trained
@@ -52,7 +52,7 @@ def checkpoint(tmp_path_factory) -> Path:
 
 def program(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "course.generate", *args],
+        [sys.executable, "-m", "course.programs.generate", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
     )
 
@@ -151,7 +151,7 @@ def test_main_quantized(checkpoint):
 def test_bench_json_on_a_checkpoint(checkpoint):
     """`bench --model DIR --quantize q4_0 --json`: every path timed, the quantized one with its accuracy"""
     result = subprocess.run(
-        [sys.executable, "-m", "course.bench", "--model", str(checkpoint), "--rounds", "1", "--new-tokens", "8",
+        [sys.executable, "-m", "course.programs.bench", "--model", str(checkpoint), "--rounds", "1", "--new-tokens", "8",
          "--quantize", "q4_0", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stderr
@@ -170,7 +170,7 @@ def test_device_gpu_without_one(checkpoint):
 
 def test_gpt2_on_unfinished_steps_names_them(tmp_path):
     """`gpt2` on the stubs names each unfinished step and its check command, with no traceback"""
-    from course.render import render_all
+    from course.authoring.render import render_all
 
     render_all(tmp_path)
     result = program("--target", "steps", "--steps-dir", str(tmp_path), "--prompt", "Hi")

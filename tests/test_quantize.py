@@ -1,4 +1,4 @@
-"""``--quantize`` (``course.quantize``): GPT-2's weights in GGUF block formats, through MAX's quantized matmul.
+"""``--quantize`` (``course.programs.quantize``): GPT-2's weights in GGUF block formats, through MAX's quantized matmul.
 
 * Packing: ``quantize_rows`` writes GGUF's byte layout, so ``gguf``'s own reader
   gets the weights back within each format's rounding, and its row size is the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course.generate import QUANTIZE as FORMATS
+from course.programs.generate import QUANTIZE as FORMATS
 from harness import solution
 from reference import GEN, to_max_state
 
@@ -47,10 +47,10 @@ def _rows(width: int = 512) -> np.ndarray:
 @pytest.mark.parametrize("name", FORMATS)
 def test_packing_round_trips_through_gguf(name):
     """quantize_rows writes GGUF's layout: gguf reads the weights back within the format's rounding"""
-    from course.quantize import FORMATS as SIZES
-    from course.quantize import dequantize_rows, encoding, quantize_rows
+    from course.programs.quantize import FORMATS as SIZES
+    from course.programs.quantize import dequantize_rows, encoding, quantize_rows
 
-    assert tuple(SIZES) == FORMATS, f"course.quantize knows {tuple(SIZES)}, --quantize offers {FORMATS}"
+    assert tuple(SIZES) == FORMATS, f"course.programs.quantize knows {tuple(SIZES)}, --quantize offers {FORMATS}"
 
     w = _rows()
     packed = quantize_rows(w, name)
@@ -90,7 +90,7 @@ def test_quantized_linear_matches_numpy(name, linear_case):
     from max.dtype import DType
     from max.experimental.tensor import Tensor, TensorType
 
-    from course.quantize import QuantizedLinear, dequantize_rows, quantize_rows
+    from course.programs.quantize import QuantizedLinear, dequantize_rows, quantize_rows
 
     weight, bias, x = linear_case
     layer = QuantizedLinear(weight, bias, name)
@@ -107,7 +107,7 @@ def _dequantized_reference(model, name: str, ids: list[int]) -> tuple[np.ndarray
     """Hugging Face's logits for ``ids`` with every matrix (and the head) read back from ``name``'s blocks; and in float32."""
     import torch
 
-    from course.quantize import dequantize_rows, quantize_rows
+    from course.programs.quantize import dequantize_rows, quantize_rows
 
     def rounded(w: np.ndarray) -> np.ndarray:
         return dequantize_rows(quantize_rows(np.ascontiguousarray(w), name), name)
@@ -129,9 +129,9 @@ def test_quantized_model_matches_its_rounded_weights():
     import transformers
     from max.driver import CPU
 
-    from course.generate import compile_model, import_steps
+    from course.programs.generate import compile_model, import_steps
     from course.outline import SOLUTIONS
-    from course.quantize import logits_along
+    from course.programs.quantize import logits_along
     from reference import hf_config, seeded
 
     with torch.device("meta"):
@@ -156,7 +156,7 @@ def test_quantized_model_matches_its_rounded_weights():
 
 def test_refusals_name_the_reason():
     """a width the format cannot block, a GPU, an unknown format: a ValueError that says so"""
-    from course.quantize import check
+    from course.programs.quantize import check
 
     config = solution(1).GPT2Config(**{k: v for k, v in GEN.items()})
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from course.hints import todo_label, todos_in
+from course.check.hints import todo_label, todos_in
 from course.outline import ROOT
 from harness import attribute, call, fail, todo_in
 from reference import train_byte_bpe

@@ -179,7 +179,7 @@ def _generate(step, *args, **kwargs) -> list[int]:
     except pytest.fail.Exception:
         raise
     except Exception as error:  # noqa: BLE001 - the learner's loop raised while iterating
-        from course.hints import explain_exception
+        from course.check.hints import explain_exception
 
         fail(f"generate(…) failed: {explain_exception(error, step.__file__)}")
 

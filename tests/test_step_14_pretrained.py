@@ -43,7 +43,7 @@ import pytest
 import torch
 import transformers
 
-from course.hints import explain_exception, shown, todo_label, todos_in
+from course.check.hints import explain_exception, shown, todo_label, todos_in
 from harness import assert_close, attribute, call, fail, forward, solution, todo_in
 from reference import SMALL, hf_config, seeded, to_max_state
 

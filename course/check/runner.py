@@ -22,7 +22,7 @@ import pytest
 from rich.console import Console
 from rich.markup import escape
 
-from course.hints import REPORT_TO, shown, versions
+from course.check.hints import REPORT_TO, shown, versions
 from course.outline import OUTLINE, ROOT, SOLUTIONS, STEPS, available, marker
 
 console = Console(highlight=False, soft_wrap=True)
@@ -272,6 +272,3 @@ def main(argv: list[str] | None = None) -> int:
         numbers = [number]
     return run(numbers, args.target, args.steps_dir.resolve(), extra)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,9 +13,9 @@ under a marker line that names the script::
 The marker is an HTML comment, so the reader never sees it. This module finds the
 markers, runs the scripts and compares what they print with the blocks:
 
-    python -m course.experiments            # check every page; exit 1 with a diff on drift
-    python -m course.experiments --write    # rewrite the blocks from real runs (instructors)
-    python -m course.experiments 08         # only the scripts whose name contains "08"
+    python -m course.authoring.experiments            # check every page; exit 1 with a diff on drift
+    python -m course.authoring.experiments --write    # rewrite the blocks from real runs (instructors)
+    python -m course.authoring.experiments 08         # only the scripts whose name contains "08"
 
 ``--write`` also adds the block after a marker that has none yet, so a new
 experiment needs only the script, the include and the marker line.
@@ -33,8 +33,8 @@ The test suite compares these blocks with the runs it makes anyway
 path. So the pages show real numbers from the last refresh, and a check whose wording
 changes fails the suite until the pages follow:
 
-    python -m course.experiments --check-outputs            # run both checks per step, compare
-    python -m course.experiments --check-outputs --write    # and rewrite the blocks (instructors)
+    python -m course.authoring.experiments --check-outputs            # run both checks per step, compare
+    python -m course.authoring.experiments --check-outputs --write    # and rewrite the blocks (instructors)
 
 Every script runs in this one process, one after another, through :mod:`runpy`:
 the working directory is the repository root, ``solutions/`` is on ``sys.path``
@@ -209,7 +209,7 @@ def compare_solution_output(output: str, steps_dir: Path | str) -> list[str]:
         missing = [line for line in lines if line not in actual]
         if block.block is None or not lines or missing:
             problems.append(f"{block.name}: not in a real run: {missing or '(no block)'}; "
-                            "`python -m course.experiments --check-outputs --write` refreshes it")
+                            "`python -m course.authoring.experiments --check-outputs --write` refreshes it")
             continue
         ran = [line for line in lines if not line.startswith("-")]  # a skipped check is not counted
         if f"all {len(ran)} checks pass" not in shown:
@@ -224,7 +224,7 @@ def _drift(block: CheckOutput, shown: str, actual: str) -> str:
     lines = difflib.unified_diff(shown.splitlines(), actual.splitlines(), fromfile=f"{block.chapter.name} (on the page)",
                                  tofile="a real run (normalized)", lineterm="")
     return (f"{block.name}: the page differs from a real run; "
-            "`python -m course.experiments --check-outputs --write` refreshes it\n" + "\n".join(lines))
+            "`python -m course.authoring.experiments --check-outputs --write` refreshes it\n" + "\n".join(lines))
 
 
 def _run_check(number: int, steps_dir: Path) -> str:
@@ -240,7 +240,7 @@ def refresh_check_outputs(write: bool, only: list[str]) -> int:
     import shutil
     import tempfile
 
-    from course import render
+    from course.authoring import render
 
     blocks = find_check_outputs()
     if only:
@@ -350,7 +350,7 @@ def init_like_gpt2(module, seed: int = 0, std: float = 0.02) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course.experiments", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course.authoring.experiments", description=__doc__.split("\n\n")[0])
     parser.add_argument("only", nargs="*", help="run only the scripts whose file name contains one of these")
     parser.add_argument("--write", action="store_true", help="rewrite the pages' output blocks from real runs")
     parser.add_argument("--check-outputs", action="store_true",
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     for experiment, actual in sorted(rewrite, key=lambda item: (item[0].chapter, -item[0].marker_line)):
         write_block(experiment, actual)
     if problems:
-        hint = "" if args.write else "; `python -m course.experiments --write` rewrites the blocks from real runs"
+        hint = "" if args.write else "; `python -m course.authoring.experiments --write` rewrites the blocks from real runs"
         print(f"{problems} of {len(experiments)} experiments need attention{hint}", file=sys.stderr)
         return 1
     return 0

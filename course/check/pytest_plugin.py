@@ -1,6 +1,6 @@
 """The course's command-line options for pytest, loaded before pytest reads its arguments.
 
-``pyproject.toml`` loads this module with ``-p course.pytest_plugin`` in ``addopts``.
+``pyproject.toml`` loads this module with ``-p course.check.pytest_plugin`` in ``addopts``.
 Options registered in ``tests/conftest.py`` arrive too late: pytest reads path
 arguments before it loads that conftest, so ``python -m pytest -m step04 --target
 steps`` would take ``steps`` for a path and stop with "unrecognized arguments".

@@ -30,7 +30,7 @@ from course.outline import OUTLINE, SOLUTIONS, STEPS, step_path
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-#: The weight formats of ``--quantize`` (course.quantize.FORMATS has their block sizes).
+#: The weight formats of ``--quantize`` (course.programs.quantize.FORMATS has their block sizes).
 QUANTIZE = ("q4_0", "q4_k", "q6_k")
 
 #: What the programs need, by step: everything up to the weights, and the cache.
@@ -71,7 +71,7 @@ def import_steps(target: str, steps_dir: Path, numbers: list[int]) -> dict[int, 
     """Imports the steps the program needs from one folder only."""
     folder = SOLUTIONS if target == "solutions" else steps_dir.resolve()
     if target == "steps":
-        from course.render import unfinished
+        from course.authoring.render import unfinished
 
         left = unfinished(folder, numbers)
         if left:
@@ -96,7 +96,7 @@ def import_steps(target: str, steps_dir: Path, numbers: list[int]) -> dict[int, 
 
 def learner_fault(error: BaseException, folder: Path) -> str:
     """One line for an unexpected error, naming the step file it came from and how to check it."""
-    from course.hints import describe, explain_exception
+    from course.check.hints import describe, explain_exception
 
     files, tb = [], error.__traceback__
     while tb is not None:
@@ -127,7 +127,7 @@ def compile_model(steps: dict[int, object], config, state: dict, device, cached:
     """Step 11's model (or step 15's cached one) with ``state`` loaded, compiled into ``next_logits(ids)``.
 
     With ``quantize`` (q4_0, q4_k or q6_k), its Linear layers and head are swapped
-    for quantized ones (course.quantize) before compiling.
+    for quantized ones (course.programs.quantize) before compiling.
     """
     from max.experimental import functional as F
 
@@ -136,7 +136,7 @@ def compile_model(steps: dict[int, object], config, state: dict, device, cached:
         model = model_class(config)
     model.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
     if quantize:
-        from course.quantize import quantize_model
+        from course.programs.quantize import quantize_model
 
         quantize_model(model, state, quantize)
     if cached:
@@ -158,7 +158,7 @@ class Generator:
             self.tokenizer = steps[12].Tokenizer.from_dir(pretrained.folder)
         self.config, self.pretrained, self.device = pretrained.config, pretrained, device
         if args.quantize:
-            from course.quantize import check
+            from course.programs.quantize import check
 
             try:
                 check(args.quantize, self.config, device)
@@ -257,7 +257,7 @@ def interactive(generator: Generator) -> None:
             print(json.dumps(result, ensure_ascii=False))
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m course.generate") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m course.programs.generate") -> int:
     args = parser(prog).parse_args(argv)
     try:
         runtime.setup()

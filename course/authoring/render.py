@@ -15,9 +15,9 @@ the book.
 
 Usage::
 
-    python -m course.render           # write steps/ (never over a learner's edits)
-    python -m course.render --check   # exit 1 if steps/ is not what solutions/ renders
-    python -m course.render --out DIR # render into another folder
+    python -m course.authoring.render           # write steps/ (never over a learner's edits)
+    python -m course.authoring.render --check   # exit 1 if steps/ is not what solutions/ renders
+    python -m course.authoring.render --out DIR # render into another folder
 
 ``steps/.stubs.json`` records the hash of each rendered stub. A file whose hash no
 longer matches was edited by a learner, and ``render`` leaves it alone unless
@@ -40,7 +40,7 @@ ANCHOR_LINE = re.compile(r"^\s*# ANCHOR(_END)?: [\w-]+")
 MANIFEST = ".stubs.json"
 BANNER = (
     "# Your file for step {number}: fill in its TODOs, then run `{check}`.\n"
-    "# (Rendered from solutions/{name} by `python -m course.render`.)\n"
+    "# (Rendered from solutions/{name} by `python -m course.authoring.render`.)\n"
 )
 
 
@@ -164,7 +164,7 @@ def unfinished(steps_dir: Path = STEPS, numbers: list[int] | None = None) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course.render", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course.authoring.render", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only report stale stubs; exit 1 if any")
     parser.add_argument("--out", type=Path, default=STEPS, help="folder to render into (default: steps/)")
     parser.add_argument("--force", action="store_true", help="overwrite stubs a learner has edited")
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(problem)
         if problems:
-            print("Run `python -m course.render` to refresh them (it keeps a learner's edits).")
+            print("Run `python -m course.authoring.render` to refresh them (it keeps a learner's edits).")
         return 1 if problems else 0
     written, kept = render_all(args.out, force=args.force)
     for name in written:

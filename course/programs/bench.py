@@ -21,7 +21,7 @@ times come from a logits processor called once per token. Ours run
 ``solutions/``: step 13's loop over step 13's graph (no cache) or step 15's.
 
 ``--quantize`` adds step 15's cached model with its weights in GGUF block formats
-(``course.quantize``), one path per format. Its accuracy cost is measured once,
+(``course.programs.quantize``), one path per format. Its accuracy cost is measured once,
 in the first round: float32's greedy tokens are fed to both models, and the
 quantized logits before each new token are compared with float32's (top-1
 agreement, largest |Δ logit|).
@@ -40,7 +40,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from course.generate import QUANTIZE
+from course.programs.generate import QUANTIZE
 from course.outline import ROOT, SOLUTIONS
 
 PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)"}
@@ -143,7 +143,7 @@ def _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accura
     from course import runtime
 
     runtime.setup()
-    from course.generate import compile_model, import_steps, pick_device
+    from course.programs.generate import compile_model, import_steps, pick_device
 
     steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15])
     gen = steps[13]
@@ -153,7 +153,7 @@ def _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accura
     if state is None:
         state = steps[14].convert(dict(hf_state))  # the checkpoint's layouts -> MAX's (step 14)
     if quantize:
-        from course.quantize import check
+        from course.programs.quantize import check
 
         check(quantize, config, device)
     next_logits = compile_model(steps, config, state, device, path != "no_cache", quantize)
@@ -165,7 +165,7 @@ def _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accura
     for _ in gen.generate(next_logits, prompt, new_tokens, **kwargs):
         times.append(time.perf_counter())
     if quantize and accuracy:
-        from course.quantize import agreement, logits_along
+        from course.programs.quantize import agreement, logits_along
 
         reference = compile_model(steps, config, state, device, True)
         tokens = list(gen.generate(reference, prompt, new_tokens, **kwargs))
@@ -174,7 +174,7 @@ def _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accura
 
 
 def _run_worker(path: str, args, accuracy: bool = False) -> dict:
-    command = [sys.executable, "-m", "course.bench", "--worker", path, "--new-tokens", str(args.new_tokens),
+    command = [sys.executable, "-m", "course.programs.bench", "--worker", path, "--new-tokens", str(args.new_tokens),
                "--prompt-tokens", str(args.prompt_tokens), "--layers", str(args.layers), "--device", args.device]
     command += ["--model", args.model] if args.model else []
     command += ["--accuracy"] if accuracy else []

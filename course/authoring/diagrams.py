@@ -1,7 +1,7 @@
 """The book's diagrams, written as SVG into book/src/diagrams/.
 
-    python -m course.diagrams            # rewrite the SVG files
-    python -m course.diagrams --check    # exit 1 when a file differs from what this writes
+    python -m course.authoring.diagrams            # rewrite the SVG files
+    python -m course.authoring.diagrams --check    # exit 1 when a file differs from what this writes
 
 Chapters include the files inline (``{{#include diagrams/causal_mask.svg}}``), so their
 text and lines take the page's own colour (``currentColor``) and stay legible in every
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     if stale:
-        print(f"stale diagrams: {', '.join(stale)}; run `python -m course.diagrams`", file=sys.stderr)
+        print(f"stale diagrams: {', '.join(stale)}; run `python -m course.authoring.diagrams`", file=sys.stderr)
         return 1
     return 0
 

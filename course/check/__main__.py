@@ -1,0 +1,5 @@
+import sys
+
+from course.check.runner import main
+
+sys.exit(main())
