@@ -7,6 +7,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 STEPS = ROOT / "steps"
+#: GPT-2's own vocab.json and merges.txt, shipped with the course (see the README beside them).
+GPT2_TOKENIZER = ROOT / "course" / "gpt2-tokenizer"
 
 OUTLINE = {
     1: "model configuration",

@@ -49,6 +49,12 @@ def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
     """Raises a clear ValueError for a sampling setting that means nothing (given code)."""
     if not temperature >= 0:  # also catches NaN
         raise ValueError(f"temperature must be 0 (greedy) or more, got {temperature}")
+    smallest = float(np.finfo(np.float32).max / np.finfo(np.float64).max)  # ≈ 1.9e-270
+    if 0 < temperature < smallest:  # a float32 logit / temperature could overflow: inf - inf is NaN
+        raise ValueError(
+            f"temperature {temperature!r} is too small to divide by (below {smallest:.1e}, logits / temperature "
+            "can overflow); use 0 for greedy decoding"
+        )
     if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or top_k < 0:
         raise ValueError(f"top-k must be a whole number, 0 (off) or more, got {top_k}")
     if not 0 < top_p <= 1:
@@ -61,7 +67,18 @@ def filter_logits(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, 
 
     ``logits`` is one ``[vocab_size]`` row and ``temperature > 0``. ``top_k = 0``
     and ``top_p = 1`` switch those filters off. Returns a new float array.
+
+    Exact ties: top-k keeps every token tied with the k-th largest, as Hugging
+    Face does. Where top-p's cut falls inside a group of exactly tied logits, the
+    lower token ids stay. Hugging Face keeps as many, but which of them is left
+    to ``torch.sort``, which puts ties in no fixed order (on CPU, in rows of more
+    than 16 logits).
     """
+    if np.ndim(logits) != 1:  # given: one row, not a batch
+        raise ValueError(
+            f"filter_logits takes one [vocab_size] row of logits, got shape {list(np.shape(logits))}; "
+            "call it once per row"
+        )
     # TODO 1: Divide the logits by the temperature (as floats: float64 is fine).
     # ANCHOR: temperature | stub: logits = None
     logits = np.asarray(logits, dtype=np.float64) / temperature
@@ -79,13 +96,14 @@ def filter_logits(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, 
 
     # TODO 3: Top-p: when top_p < 1, keep the smallest set of most likely tokens
     #   whose probabilities add up to at least top_p; set the rest to -inf.
-    # Hint: visit the tokens from most to least likely (np.argsort(-logits)) with
-    #   their softmax probabilities. A token stays when the tokens *before* it add
-    #   up to less than top_p, so the most likely token always stays.
-    #   np.cumsum gives running totals; how do you leave the token itself out?
+    # Hint: visit the tokens from most to least likely with their softmax
+    #   probabilities: np.argsort(-logits, kind="stable") puts exact ties in id
+    #   order, so that at a tie the lower id stays. A token stays when the tokens
+    #   *before* it add up to less than top_p, so the most likely token always
+    #   stays. np.cumsum gives running totals; how do you leave the token itself out?
     # ANCHOR: top_p | stub: pass
     if top_p < 1:
-        order = np.argsort(-logits)
+        order = np.argsort(-logits, kind="stable")
         p = np.exp(logits[order] - logits[order[0]])
         p /= p.sum()
         dropped = order[np.cumsum(p) - p >= top_p]
@@ -103,6 +121,8 @@ def next_token(
 ) -> int:
     """Picks the next token id from one ``[vocab_size]`` row of logits."""
     check_sampling(temperature, top_k, top_p)
+    if np.ndim(logits) != 1:  # given: np.argmax of a batch gives an index into all its rows
+        raise ValueError(f"next_token takes one [vocab_size] row of logits, got shape {list(np.shape(logits))}")
     # TODO 4: Temperature 0 means greedy: return the index of the largest logit.
     #   Otherwise filter the logits (TODO 1-3), turn them into probabilities with a
     #   softmax, and draw one index with rng. Return a Python int.
@@ -203,7 +223,7 @@ def compile_next_logits(model, device=None) -> NextLogits:
 
         def forward(self, input_ids: Tensor) -> Tensor:
             hidden = self.lm.transformer(input_ids)  # [1, seq, n_embd]
-            return hidden[:, -1, :] @ self.lm.transformer.wte.weight.T  # [1, vocab_size]: step 11's head
+            return self.lm.head(hidden[:, -1, :])  # [1, vocab_size]: step 11's head, last position only
 
     model.to(device)
     run = LastPositionLogits(model).compile(TensorType(DType.int64, [1, "seq"], device))

@@ -24,7 +24,9 @@ Check this step with ``pixi run s12``.
 
 from __future__ import annotations
 
+import heapq
 import json
+import numbers
 from pathlib import Path
 
 import regex
@@ -36,6 +38,10 @@ PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L
 
 #: GPT-2's one special token: it separates documents and is never split.
 END_OF_TEXT = "<|endoftext|>"
+
+#: How many pieces the word cache holds at most (Hugging Face's tokenizers also
+#: keeps 10,000). Text has no end, and memory has one.
+CACHE_SIZE = 10_000
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -77,18 +83,40 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, folder: str | Path) -> Tokenizer:
-        """Reads ``vocab.json`` and ``merges.txt`` from one folder (given)."""
-        return cls.from_files(Path(folder) / "vocab.json", Path(folder) / "merges.txt")
+        """Reads a checkpoint folder's ``vocab.json`` and ``merges.txt``, or the ``tokenizer.json`` that
+        transformers 5 saves instead (given: ``course/checkpoints.py`` reads both)."""
+        from course.checkpoints import read_tokenizer
+
+        return cls(*read_tokenizer(Path(folder)))
 
     def bpe(self, word: str) -> list[str]:
         """Splits a word (in stand-in characters) into the tokens its merges make."""
+        # Given: the symbols as a linked list, so that a merge touches only its
+        # neighbours. A symbol merged into the one on its left becomes ""; after[i]
+        # is the index of the next live symbol (n past the end), before[i] that of
+        # the previous one (-1 before the start).
         symbols = list(word)
-        # TODO 2: While two or more symbols remain: among the neighbouring pairs
-        #   that are in self.ranks, take the one with the lowest rank (the merge
-        #   learned first); stop when no pair is. Merge every occurrence of that
-        #   pair, left to right, into one symbol, and look again.
-        # Hint: "aaa" with the merge (a, a) becomes ["aa", "a"]: after a merge, the
-        #   scan goes on after the merged pair, never inside it.
+        n = len(symbols)
+        after, before = list(range(1, n + 1)), list(range(-1, n - 1))
+
+        def rank_at(i: int) -> int | None:
+            """The rank of the pair that starts at symbol i, or None if it is no merge."""
+            j = after[i]
+            return self.ranks.get((symbols[i], symbols[j])) if j < n else None
+
+        # TODO 2: Merge the pair with the lowest rank, again and again, until no
+        #   pair is a merge; then return the live symbols, in order. Keep the
+        #   candidates in a heap (heapq) of (rank, i): one for each i whose
+        #   rank_at(i) is not None. Pop the smallest. If rank_at(i) no longer gives
+        #   that rank, a merge since it was pushed has changed the pair: skip it.
+        #   Otherwise merge: symbols[i] takes on the next symbol, that one becomes
+        #   "", and the links go around it. Then push the pairs that now start at
+        #   before[i] (if there is one) and at i, those that are merges.
+        # Hint: tuples compare rank first, then position, so equal ranks merge left
+        #   to right ("aaa" with the merge a+a gives "aa a"). Each pop costs
+        #   log(length), and each merge touches two neighbours. Rescanning every pair
+        #   for each merge (the textbook loop) costs length × merges: a minute on
+        #   100,000 letters without a space.
         return None
 
 
@@ -107,9 +135,10 @@ class Tokenizer:
         for piece in PATTERN.findall(text):
             # TODO 4: Remember each piece's ids in self.cache, and reuse them when
             #   the piece comes again (GPT-2's encoder does the same). Real text
-            #   repeats its words, so most pieces skip the merge loop entirely.
+            #   repeats its words, so most pieces skip the merge loop entirely. Keep
+            #   at most CACHE_SIZE pieces: when it is full, empty it and start again.
             # Hint: look the piece up first; only on a miss call encode_piece and
-            #   store what it returns.
+            #   store what it returns. self.cache.clear() empties a dict.
             ids.extend(self.encode_piece(piece))
         return ids
 
@@ -124,7 +153,9 @@ class Tokenizer:
 
     def decode(self, ids: list[int]) -> str:
         """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
-        for i in ids:  # given: a clear error for an id the vocabulary does not have
+        for i in ids:  # given: a clear error for anything that is not an id of the vocabulary
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral):  # True is an int, 3.0 is no id
+                raise TypeError(f"token ids are whole numbers, got {i!r} ({type(i).__name__})")
             if i not in self.decoder:
                 raise ValueError(f"token id {i!r} is not in the vocabulary (ids run from 0 to {len(self.decoder) - 1})")
         # TODO 6: Join the ids' tokens, turn each stand-in character back into its

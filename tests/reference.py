@@ -21,6 +21,8 @@ from transformers import DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.pytorch_utils import Conv1D
 
+from course.weights import random_weights, shapes_of
+
 SMALL = dict(vocab_size=96, n_positions=32, n_embd=64, n_layer=2, n_head=4)
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
 CONFIGS = {"small": SMALL, "gpt2-small": GPT2_SMALL}
@@ -76,24 +78,16 @@ def hf_causal_mask(seq_len: int, past_len: int = 0, sizes: dict | None = None) -
 
 
 def seeded(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Gives every parameter of ``module`` seeded random values, scaled to keep activations O(1).
-
-    Matrices get std 1.5/sqrt(fan_in), so pre-activations have std ~1.5 and GELU's
-    curved region is exercised; vectors (biases, layer-norm scales and shifts)
-    get std 0.5 around 0 or, for a scale, around 1.
-    """
-    generator = torch.Generator().manual_seed(seed)
+    """Gives every parameter of ``module`` the course's seeded check weights (``course.weights``):
+    matrices scaled by their fan-in, so activations stay O(1) and GELU's curve is exercised;
+    layer-norm scales around 1 and other vectors around 0, never exactly."""
     conv1d = _conv1d_weights(module)
+    params = dict(module.named_parameters())  # a tied tensor is listed once
+    values = random_weights(shapes_of(params.items()), seed,
+                            fan_in=lambda name, shape: shape[0] if name in conv1d else shape[-1])
     with torch.no_grad():
-        for name, param in module.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
-            if param.ndim >= 2:
-                fan_in = param.shape[0] if name in conv1d else param.shape[-1]
-                param.copy_(noise * 1.5 / fan_in**0.5)
-            elif name.endswith("weight"):  # a layer norm's scale
-                param.copy_(1.0 + 0.5 * noise)
-            else:
-                param.copy_(0.5 * noise)
+        for name, value in values.items():
+            params[name].copy_(torch.from_numpy(value))
     return module.eval()
 
 
@@ -212,3 +206,25 @@ def train_byte_bpe(folder, text: str, vocab_size: int):
                                 show_progress=False)
     trainer.save_model(str(folder))
     return trainer
+
+
+def rounded_logits(model: transformers.GPT2LMHeadModel, name: str, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Hugging Face's logits for ``ids`` with every block matrix and the head read back from ``name``'s
+    GGUF blocks (``--quantize``), and the float32 ones; both ``[len(ids), vocab]``."""
+    import copy
+
+    from course.programs.quantize import dequantize_rows, quantize_rows
+
+    def rounded(w: np.ndarray) -> np.ndarray:
+        return dequantize_rows(quantize_rows(np.ascontiguousarray(w), name), name)
+
+    model = copy.deepcopy(model)  # its matrices are rounded below
+    tokens = torch.tensor([ids])
+    with torch.no_grad():
+        exact = model(tokens).logits[0].numpy()
+        wte = model.transformer.wte.weight.numpy().copy()  # the embedding lookup stays float32
+        for block in model.transformer.h:
+            for layer in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                layer.weight.copy_(torch.from_numpy(rounded(layer.weight.numpy().T).T.copy()))  # Conv1D: [in, out]
+        hidden = model.transformer(tokens).last_hidden_state[0].numpy()
+    return hidden @ rounded(wte).T, exact

@@ -173,3 +173,19 @@ def test_readme_pytest_command_runs_as_printed():
     output = result.stdout + result.stderr
     assert "unrecognized arguments" not in output and result.returncode in (0, 1), output
     assert re.search(r"\d+ (passed|failed)", output), output
+
+
+def test_shipped_gpt2_tokenizer_is_gpt2s():
+    """course/gpt2-tokenizer holds OpenAI's GPT-2 files, byte for byte: the sha256 sums its README gives
+    (and, where ../shared is beside the course, the ones its README gives)"""
+    import hashlib
+
+    from course.outline import GPT2_TOKENIZER
+
+    readmes = [GPT2_TOKENIZER / "README.md", ROOT.parent / "shared" / "gpt2-tokenizer" / "README.md"]
+    for readme in [path for path in readmes if path.is_file()]:
+        sums = dict((name, digest) for digest, name in re.findall(r"sha256\s+([0-9a-f]{64})\s+(\S+)", readme.read_text()))
+        assert set(sums) == {"vocab.json", "merges.txt"}, f"{readme} gives no sha256 for both files: {sums}"
+        for name, digest in sums.items():
+            actual = hashlib.sha256((GPT2_TOKENIZER / name).read_bytes()).hexdigest()
+            assert actual == digest, f"{GPT2_TOKENIZER / name}: sha256 {actual}, {readme} says {digest}"

@@ -9,11 +9,15 @@
   against NumPy's ``x @ dequantized(W).T + b``. The one difference left is that
   MAX rounds the activations to 8 bits: the largest |Δ| measured is 0.34% (q4_0),
   0.40% (q4_k) and 0.41% (q6_k) of the largest output (bound 3%).
-* The whole model: step 15's cached model with q4_0 weights (a prefill of 8
-  tokens, then 32 single-token steps) against Hugging Face's GPT-2 whose
-  matrices and head hold the same rounded weights: largest |Δ| 1.1% of the
-  largest logit (bound 3%), while rounding the weights moves the logits by 16.5%.
-  A layer left unswapped shows: float32 c_fc gives 5.0%, a float32 head 6.0%.
+* The whole model, through the programs' road (``course.programs.build``): step
+  15's cached model with q4_0 weights (a prefill of 8 tokens, then 32
+  single-token steps) against Hugging Face's GPT-2 whose matrices and head hold
+  the same rounded weights: largest |Δ| 1.8% of the largest logit (bound 3%),
+  while rounding the weights moves the logits by 22.8%. A layer left unswapped
+  shows: float32 c_fc gave 5.0%, a float32 head 6.0%.
+* Step 13's uncached graph with q4_0 weights gives the cached model's logits:
+  largest |Δ| 0.000% (bound 0.5%). Before its graph called the model's ``head``,
+  ``--no-cache`` kept a float32 head: 6.7%.
   Only q4_0 runs the whole model here: the test model is 64 wide and the
   k-quants need multiples of 256; their kernels are checked above. How often the
   rounded model still picks float32's token is the bench's to measure
@@ -27,11 +31,12 @@ import pytest
 
 from course.programs.generate import QUANTIZE as FORMATS
 from harness import solution
-from reference import GEN, to_max_state
+from reference import GEN, rounded_logits, to_max_state
 
 pytestmark = pytest.mark.programs
 
 RMS_BOUND = {"q4_0": 0.10, "q4_k": 0.10, "q6_k": 0.025}
+UNCACHED_BOUND = 0.005  # measured 0.000%; a float32 head: 6.7% (the module docstring)
 
 
 def _rows(width: int = 512) -> np.ndarray:
@@ -103,35 +108,14 @@ def test_quantized_linear_matches_numpy(name, linear_case):
     assert worst <= 0.03, f"{name}: QuantizedLinear vs x @ dequantized(W).T + b: largest |Δ| is {worst:.1%} of the largest output"
 
 
-def _dequantized_reference(model, name: str, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Hugging Face's logits for ``ids`` with every matrix (and the head) read back from ``name``'s blocks; and in float32."""
-    import torch
-
-    from course.programs.quantize import dequantize_rows, quantize_rows
-
-    def rounded(w: np.ndarray) -> np.ndarray:
-        return dequantize_rows(quantize_rows(np.ascontiguousarray(w), name), name)
-
-    tokens = torch.tensor([ids])
-    with torch.no_grad():
-        exact = model(tokens).logits[0].numpy()
-        wte = model.transformer.wte.weight.numpy().copy()  # the embedding lookup stays float32
-        for block in model.transformer.h:
-            for layer in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
-                layer.weight.copy_(torch.from_numpy(rounded(layer.weight.numpy().T).T.copy()))  # Conv1D: [in, out]
-        hidden = model.transformer(tokens).last_hidden_state[0].numpy()
-    return hidden @ rounded(wte).T, exact
-
-
-def test_quantized_model_matches_its_rounded_weights():
-    """the cached model with q4_0 weights gives Hugging Face's logits for the same rounded weights"""
+@pytest.fixture(scope="module")
+def small_model():
+    """A seeded small GPT-2 (Hugging Face's), and the solutions' steps to compile it with."""
     import torch
     import transformers
-    from max.driver import CPU
 
-    from course.programs.generate import compile_model, import_steps
     from course.outline import SOLUTIONS
-    from course.programs.quantize import logits_along
+    from course.programs.generate import import_steps
     from reference import hf_config, seeded
 
     with torch.device("meta"):
@@ -139,19 +123,55 @@ def test_quantized_model_matches_its_rounded_weights():
     model = model.to_empty(device="cpu")
     model.tie_weights()  # to_empty unties lm_head; GPT-2's is wte
     seeded(model, seed=15)
-    config = solution(1).GPT2Config.from_hf(model.config)
     steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15])
-    q4_0 = compile_model(steps, config, to_max_state(model), CPU(), cached=True, quantize="q4_0")
-    ids = np.random.default_rng(7).integers(0, GEN["vocab_size"], size=40).tolist()
-    got = logits_along(q4_0, ids[:8], ids[8:])  # a prefill of 8, then 32 single-token steps
-    expected, exact = _dequantized_reference(model, "q4_0", ids)
+    pretrained = steps[14].Pretrained(solution(1).GPT2Config.from_hf(model.config), to_max_state(model), None)
+    return model, steps, pretrained
+
+
+IDS = np.random.default_rng(7).integers(0, GEN["vocab_size"], size=40).tolist()
+
+
+@pytest.fixture(scope="module")
+def cached_q4_0(small_model):
+    """Step 15's cached model with q4_0 weights, through the programs' road (course.programs.build)."""
+    from max.driver import CPU
+
+    from course.programs.build import compile_model
+    from course.programs.quantize import logits_along
+
+    _, steps, pretrained = small_model
+    q4_0 = compile_model(steps, pretrained, CPU(), cached=True, quantize="q4_0")
+    return logits_along(q4_0, IDS[:8], IDS[8:])  # a prefill of 8, then 32 single-token steps
+
+
+def test_quantized_model_matches_its_rounded_weights(small_model, cached_q4_0):
+    """the cached model with q4_0 weights gives Hugging Face's logits for the same rounded weights"""
+    model, _, _ = small_model
+    expected, exact = rounded_logits(model, "q4_0", IDS)
     expected, exact = expected[7:-1], exact[7:-1]
     scale = np.abs(expected).max()
-    worst = float(np.abs(got - expected).max() / scale)
+    worst = float(np.abs(cached_q4_0 - expected).max() / scale)
     lost = float(np.abs(exact - expected).max() / scale)
     print(f"q4_0: largest |Δ| vs the rounded weights {worst:.2%} of the largest logit; rounding itself moves them {lost:.2%}")
     assert worst <= 0.03, (f"q4_0 model vs Hugging Face with the same rounded weights: largest |Δ| is {worst:.1%} "
                            f"of the largest logit (rounding the weights moves them {lost:.1%})")
+
+
+def test_uncached_quantized_model_quantizes_its_head_too(small_model, cached_q4_0):
+    """`--quantize q4_0 --no-cache` (step 13's graph) gives the cached q4_0 model's logits: its head is quantized too"""
+    from max.driver import CPU
+
+    from course.programs.build import compile_model
+
+    _, steps, pretrained = small_model
+    uncached = compile_model(steps, pretrained, CPU(), cached=False, quantize="q4_0")
+    got = np.stack([uncached(IDS[: 8 + i]) for i in range(len(IDS) - 8)])
+    scale = np.abs(cached_q4_0).max()
+    worst = float(np.abs(got - cached_q4_0).max() / scale)
+    print(f"q4_0 without and with the cache: largest |Δ| {worst:.3%} of the largest logit")
+    assert worst <= UNCACHED_BOUND, (
+        f"q4_0 without the cache vs with it: largest |Δ| is {worst:.1%} of the largest logit; a float32 head "
+        "(step 13's graph not calling the model's head) shows as a few percent")
 
 
 def test_refusals_name_the_reason():

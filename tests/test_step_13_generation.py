@@ -5,6 +5,10 @@
   order ``generate`` applies them): the same tokens are cut (set to ``-inf``) and
   the rest agree within 1e-4 + 1e-4·|expected| (float64 in NumPy vs float32 in
   torch: measured worst case 1.9e-6, at T=0.7).
+* Exact ties at top-p's cut: Hugging Face keeps as many tokens, but which of the tied
+  ones is left to ``torch.sort``, which on CPU orders ties by no rule for rows of
+  more than 16 logits. So the count is compared with Hugging Face's, and the tokens
+  kept must be the tied group's lower ids (the course's documented rule).
 * Sampling is checked by statistics: 20,000 seeded draws from one row of logits
   are compared with the filtered, tempered softmax by a chi-square test. A correct
   sampler fails it with probability 1 in 1,000 (the test's false-alarm rate;
@@ -95,6 +99,67 @@ def test_filter_matches_hugging_face(step, name):
         assert_close(got, expected, f"filter_logits ({name}) vs Hugging Face's warpers")
 
 
+def _tied_rows() -> list[tuple[np.ndarray, float]]:
+    """(row, top_p) pairs whose top-p cut falls inside a group of exactly tied logits (four
+    levels, so every group is large), at least 1e-4 away from where the cut changes size."""
+    rng = np.random.default_rng(16)
+    found = []
+    while len(found) < 6:
+        row = rng.integers(0, 4, VOCAB).astype(np.float32)
+        top_p = float(rng.uniform(0.1, 0.9))
+        ranked = np.sort(row)[::-1]
+        p = _softmax(ranked)
+        before = np.cumsum(p) - p
+        stay = int((before < top_p).sum())
+        if stay < VOCAB and ranked[stay - 1] == ranked[stay] and np.abs(before - top_p).min() > 1e-4:
+            found.append((row, top_p))
+    return found
+
+
+def test_top_p_ties_keep_the_lower_ids(step):
+    """where top-p cuts a group of exactly tied logits, as many stay as with Hugging Face, the lower ids"""
+    filter_logits = attribute(step, "filter_logits")
+    for row, top_p in _tied_rows():
+        what = f"filter_logits (top-p {top_p:.3f}, the cut inside a group of equal logits)"
+        got = np.isfinite(np.asarray(call(filter_logits, row.copy(), 1.0, 0, top_p, what=what), dtype=np.float64))
+        expected = np.isfinite(hf_filtered(row, 1.0, 0, top_p))
+        if got.shape != expected.shape or got.sum() != expected.sum():
+            fail(f"{what} keeps {_tokens(int(got.sum()))}, Hugging Face keeps {_tokens(int(expected.sum()))} — {todo_in(filter_logits)}")
+        tied = np.flatnonzero(row == row[expected].min())  # the group the cut falls in, in id order
+        stays = int(got[tied].sum())
+        if not got[tied[:stays]].all():
+            fail(
+                f"{what} keeps ids {tied[got[tied]][:4].tolist()}… of the tied group {tied[:4].tolist()}…; at an "
+                f"exact tie the course keeps the lower ids ({stays} of {tied.size}): sort with "
+                f"np.argsort(-logits, kind=\"stable\") — {todo_in(filter_logits)}"
+            )
+
+
+def test_one_row_at_a_time(step):
+    """filter_logits and next_token refuse a 2-D batch of logits with a clear ValueError"""
+    from course.check.hints import explain_exception
+
+    batch = _rows(2)
+    for name, kwargs in (
+        ("filter_logits", dict(temperature=1.0, top_p=0.8)),
+        ("filter_logits", dict(temperature=1.0)),
+        ("next_token", dict(rng=np.random.default_rng(0), temperature=0.0)),
+    ):
+        fn = attribute(step, name)
+        shown = ", ".join(f"{key}={value}" for key, value in kwargs.items() if key != "rng")
+        what = f"{name}(a [2, {VOCAB}] batch, {shown})"
+        try:
+            fn(batch, **kwargs)
+        except ValueError as error:
+            if "row" not in str(error):
+                fail(f"{what} raised ValueError({str(error)!r}), which does not say that it takes one row")
+            continue
+        except Exception as error:  # noqa: BLE001 - reported, with the line that raised it
+            fail(f"{what} raised {explain_exception(error, step.__file__)}; expected a clear ValueError saying that "
+                 f"it takes one [vocab_size] row — keep the given check at the top of {name}")
+        fail(f"{what} was accepted, but {name} takes one [vocab_size] row — keep the given check at the top of {name}")
+
+
 def test_greedy_choices(step):
     """temperature 0 and top-k 1 both pick the largest logit"""
     next_token = attribute(step, "next_token")
@@ -157,6 +222,31 @@ def test_sampled_frequencies_match_the_distribution(step, name, record_property)
             f"(chi-square {chi2:.0f} on {dof} degrees of freedom, p = {p_value:.2g} < {FALSE_ALARM:g}); token {worst} "
             f"came {int(counts[worst])} times, expected {expected[worst] * DRAWS:.0f} — {todo_in(next_token)}"
         )
+
+
+def test_tiny_temperatures(step):
+    """a tiny temperature (1e-250) samples the largest logit; one too small to divide by (5e-324) is refused"""
+    next_token = attribute(step, "next_token")
+    rng = np.random.default_rng(0)
+    for i, row in enumerate(_rows(10, seed=5)):
+        got = call(next_token, row, rng, temperature=1e-250, what="next_token(…, temperature=1e-250)")
+        if got != int(np.argmax(row)):
+            fail(f"next_token(…, temperature=1e-250) picked token {got} on row {i}, but at a temperature this close to 0 "
+                 f"sampling is greedy: the largest logit is token {int(np.argmax(row))} — {todo_in(next_token)}")
+    what = "next_token(…, temperature=5e-324)"  # logits / 5e-324 overflows to inf, and inf - inf is NaN
+    try:
+        next_token(_rows(1)[0], rng, temperature=5e-324)
+    except ValueError as error:
+        if "temperature" not in str(error):
+            fail(f"{what} raised ValueError({str(error)!r}), which does not name the temperature; dividing by it "
+                 "overflows, so check_sampling should refuse it — keep the given check at the top of next_token")
+        return
+    except Exception as error:  # noqa: BLE001 - reported, with the line that raised it
+        from course.check.hints import explain_exception
+
+        fail(f"{what} raised {explain_exception(error, step.__file__)}; expected a clear ValueError naming the "
+             "temperature — keep the given check at the top of next_token")
+    fail(f"{what} was accepted, but dividing a logit by it overflows — keep the given check at the top of next_token")
 
 
 # --- the loop, on a stand-in model ---------------------------------------------------------

@@ -1,28 +1,18 @@
 """Step 14 · loading GPT-2 checkpoints, against Hugging Face's GPT2LMHeadModel.
 
-Every checkpoint here is written on the spot, offline, from one seeded small
-GPT-2 (``SMALL`` with the vocabulary of a 300-token byte-level BPE trained here
-with ``tokenizers``, so that ``vocab.json`` and ``merges.txt`` fit the model):
-
-* ``save_pretrained``: what ``GPT2LMHeadModel.save_pretrained`` writes
-  (``model.safetensors``, keys under ``transformer.``, no ``lm_head.weight``);
-* ``original gpt2 layout``: keys without the prefix, as in the ``gpt2`` Hub
-  checkpoint, with the ``attn.bias`` / ``attn.masked_bias`` buffers and an
-  ``lm_head.weight`` stored as a copy of ``wte``;
-* ``pytorch_model.bin``: ``torch.save`` of the state dict and no safetensors file
-  (the fallback; ``lm_head.weight`` and ``wte`` share one tensor there).
-
-Each loads through ``from_pretrained(folder)``; the logits on a sentence encoded
-by the loaded tokenizer are compared with Hugging Face's, with the argmax. The
+Every checkpoint is written on the spot, offline (``checkpoint_folders.py``): one
+seeded small GPT-2 with a byte-level BPE trained there, in three layouts
+(``save_pretrained``, the original ``gpt2`` layout with its buffers and a copied
+``lm_head.weight``, and ``pytorch_model.bin`` alone). Each loads through the
+learner's ``from_pretrained(folder)``; the logits on a sentence encoded by the
+loaded tokenizer are compared with Hugging Face's, with the argmax. The
 learner's four functions are checked first, each on its own, so that a mistake
-names its TODO. Broken checkpoints (truncated, a missing, unexpected or
-mis-shaped weight, an untied head, no config.json, no folder) and Hub ids must
-each raise ``CheckpointError`` with one line naming the problem. The Hub is never
-contacted: a fake Hugging Face cache serves ``gpt2``, and an uncached id meets a
-closed local port (``HF_ENDPOINT``), the way a machine without a network does,
-and must fail within seconds. With GPT-2's real weights in the local Hugging
+names its TODO. A Hub id loads from a fake Hugging Face cache, with the Hub
+replaced by a closed local port. With GPT-2's real weights in the local Hugging
 Face cache, one more check compares real logits and the next token; otherwise
-it is skipped, saying how to get them.
+it is skipped, saying how to get them. Every check here fails on the untouched
+stub; the course's own loader (finding, reading, refusing broken checkpoints)
+is checked in ``test_checkpoints.py``.
 
 Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst case |Δ|
 on solutions/: 4.3e-6 on the small model (logits of size ~10). A missed
@@ -32,9 +22,6 @@ more than 1.
 
 from __future__ import annotations
 
-import json
-import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -43,15 +30,12 @@ import pytest
 import torch
 import transformers
 
-from course.check.hints import explain_exception, shown, todo_label, todos_in
+from checkpoint_folders import TEXT, TOKENIZER_FILES, checkpoints, fake_hub, offline_hub, reference, tokenizer_dir  # noqa: F401 - fixtures
+from course.check.hints import explain_exception, todo_label, todos_in
 from harness import assert_close, attribute, call, fail, forward, solution, todo_in
-from reference import SMALL, hf_config, seeded, to_max_state
+from reference import SMALL, to_max_state
 
 pytestmark = pytest.mark.step14
-
-END_OF_TEXT = "<|endoftext|>"
-TEXT = "Hello world! The quick brown fox jumps over the lazy dog."
-TOKENIZER_FILES = ("vocab.json", "merges.txt")
 
 #: GPT-2's own config.json on the Hub (openai-community/gpt2), as published.
 GPT2_CONFIG_JSON = {
@@ -68,81 +52,6 @@ HOW_TO_GET_GPT2 = (
     "GPT-2's weights are not in the Hugging Face cache; `hf download gpt2 config.json model.safetensors "
     "vocab.json merges.txt` (550 MB, once) makes this check run"
 )
-
-
-# --- the checkpoints ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    """vocab.json and merges.txt of a small byte-level BPE trained here."""
-    from tokenizers import ByteLevelBPETokenizer
-
-    trainer = ByteLevelBPETokenizer(add_prefix_space=False)
-    trainer.train_from_iterator([TEXT * 20, "The lazy dog sleeps; the fox does not."], vocab_size=300,
-                                min_frequency=2, special_tokens=[END_OF_TEXT], show_progress=False)
-    folder = tmp_path_factory.mktemp("tokenizer")
-    trainer.save_model(str(folder))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def reference(tokenizer_dir) -> transformers.GPT2LMHeadModel:
-    """A seeded small GPT-2 whose vocabulary is the trained tokenizer's."""
-    vocab = len(json.loads((tokenizer_dir / "vocab.json").read_text()))
-    with torch.device("meta"):
-        model = transformers.GPT2LMHeadModel(hf_config(**dict(SMALL, vocab_size=vocab)))
-    model = model.to_empty(device="cpu")
-    model.tie_weights()
-    return seeded(model, seed=14)
-
-
-def _finish(folder: Path, tokenizer_dir: Path, config: Path | None) -> Path:
-    """Adds config.json (copied from ``config``) and the tokenizer files to a checkpoint folder."""
-    if config is not None:
-        shutil.copy(config, folder / "config.json")
-    for name in TOKENIZER_FILES:
-        shutil.copy(tokenizer_dir / name, folder / name)
-    return folder
-
-
-def _write(folder: Path, weights: dict[str, np.ndarray], like: Path, tokenizer_dir: Path) -> Path:
-    """A checkpoint folder with these weights (as model.safetensors) and ``like``'s config.json."""
-    from safetensors.numpy import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({key: np.ascontiguousarray(value) for key, value in weights.items()}, str(folder / "model.safetensors"))
-    return _finish(folder, tokenizer_dir, like / "config.json")
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory, reference, tokenizer_dir) -> dict[str, Path]:
-    """The three layouts of the same weights, each a complete checkpoint folder."""
-    root = tmp_path_factory.mktemp("checkpoints")
-    saved = root / "save_pretrained"
-    reference.save_pretrained(saved)
-    _finish(saved, tokenizer_dir, None)
-
-    weights = {key: value.numpy() for key, value in reference.state_dict().items()}
-    n, p = reference.config.n_layer, reference.config.n_positions
-    old = {key.removeprefix("transformer."): value for key, value in weights.items()}
-    old["lm_head.weight"] = old["wte.weight"].copy()
-    for i in range(n):  # what older versions of GPT2Attention registered and saved
-        old[f"h.{i}.attn.bias"] = np.tril(np.ones((p, p), np.float32))[None, None]
-        old[f"h.{i}.attn.masked_bias"] = np.array(-1e4, np.float32)
-    original = _write(root / "original", old, saved, tokenizer_dir)
-
-    pickled = root / "pytorch_bin"
-    pickled.mkdir()
-    torch.save(reference.state_dict(), pickled / "pytorch_model.bin")
-    _finish(pickled, tokenizer_dir, saved / "config.json")
-    return {"save_pretrained": saved, "original gpt2 layout": original, "pytorch_model.bin": pickled}
-
-
-def _saved_weights(checkpoints) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    return load_file(checkpoints["save_pretrained"] / "model.safetensors")
 
 
 # --- the learner's functions ---------------------------------------------------------------
@@ -296,47 +205,11 @@ def test_logits_match_hugging_face(step, checkpoints, reference, layout, record_
         fail(f"logits are within the tolerance, but the argmax agrees at only {agree} of {total} positions")
 
 
-def _fake_hub(tmp_path: Path, repo: str, checkpoint: Path) -> Path:
-    """A Hugging Face cache holding ``repo`` at one commit, as `hf download` leaves it; returns the snapshot."""
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    cached = tmp_path / "hub" / f"models--{repo.replace('/', '--')}"
-    snapshot = cached / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    (cached / "refs").mkdir()
-    (cached / "refs" / "main").write_text(commit)
-    for name in ("config.json", "model.safetensors", *TOKENIZER_FILES):
-        shutil.copy(checkpoint / name, snapshot / name)
-    return snapshot
-
-
-def _closed_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
-def _offline_hub(monkeypatch, cache: Path) -> None:
-    """Points huggingface_hub at ``cache`` and at a closed local port instead of the Hub.
-
-    huggingface_hub reads HF_HUB_CACHE and HF_ENDPOINT when it is imported, so its
-    constants are patched as well as the environment."""
-    from huggingface_hub import constants
-
-    endpoint = _closed_port()
-    cache.mkdir(parents=True, exist_ok=True)
-    for key, value in {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-
-
 def test_hub_id_is_found_in_the_cache(step, checkpoints, reference, tmp_path, monkeypatch):
     """a Hub id ("gpt2") loads from the local Hugging Face cache, without the network"""
     _ready(step)
-    snapshot = _fake_hub(tmp_path, "openai-community/gpt2", checkpoints["save_pretrained"])
-    _offline_hub(monkeypatch, tmp_path / "hub")
+    snapshot = fake_hub(tmp_path, "openai-community/gpt2", checkpoints["save_pretrained"])
+    offline_hub(monkeypatch, tmp_path / "hub")
     expected = to_max_state(reference)
     for model in ("gpt2", "openai-community/gpt2"):
         started = time.perf_counter()
@@ -347,104 +220,6 @@ def test_hub_id_is_found_in_the_cache(step, checkpoints, reference, tmp_path, mo
         if wrong or set(loaded.state) != set(expected):
             fail(f"load_pretrained({model!r}) from the cache differs from the checkpoint at {wrong[:3]}")
         print(f"{model}: loaded from the cache in {time.perf_counter() - started:.2f} s")
-
-
-# --- broken checkpoints: one clear line each -----------------------------------------------
-
-
-def _edited(checkpoints, tmp_path, tokenizer_dir, edit) -> Path:
-    weights = _saved_weights(checkpoints)
-    edit(weights)
-    return _write(tmp_path / "edited", weights, checkpoints["save_pretrained"], tokenizer_dir)
-
-
-def _truncated(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
-    folder = tmp_path / "truncated"
-    shutil.copytree(checkpoints["save_pretrained"], folder)
-    weights = folder / "model.safetensors"
-    data = weights.read_bytes()
-    weights.write_bytes(data[: len(data) // 2])
-    return str(folder)
-
-
-def _missing(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
-    return str(_edited(checkpoints, tmp_path, tokenizer_dir, lambda w: w.pop("transformer.h.1.mlp.c_fc.bias")))
-
-
-def _unexpected(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
-    def add(weights):
-        weights["transformer.h.0.attn.c_attn.scale"] = np.ones(3, np.float32)
-    return str(_edited(checkpoints, tmp_path, tokenizer_dir, add))
-
-
-def _misshaped(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
-    def cut(weights):
-        weights["transformer.ln_f.weight"] = weights["transformer.ln_f.weight"][:-1]
-    return str(_edited(checkpoints, tmp_path, tokenizer_dir, cut))
-
-
-def _untied(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
-    def untie(weights):
-        weights["lm_head.weight"] = weights["transformer.wte.weight"] + 0.5
-    return str(_edited(checkpoints, tmp_path, tokenizer_dir, untie))
-
-
-def _no_config(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
-    folder = tmp_path / "no-config"
-    shutil.copytree(checkpoints["save_pretrained"], folder)
-    (folder / "config.json").unlink()
-    return str(folder)
-
-
-def _no_folder(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
-    return str(tmp_path / "no-such-folder")
-
-
-def _uncached(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
-    _offline_hub(monkeypatch, tmp_path / "empty-cache")
-    return "gpt2"
-
-
-#: case: (make the argument, whether it reaches the learner's functions, what the one line must name).
-BROKEN = {
-    "truncated model.safetensors": (_truncated, False, ["model.safetensors", "truncated"]),
-    "a missing weight": (_missing, True, ["h.1.mlp.c_fc.bias"]),
-    "an unexpected weight": (_unexpected, True, ["h.0.attn.c_attn.scale"]),
-    "a mis-shaped weight": (_misshaped, True, ["ln_f.weight", "[63]", "[64]"]),
-    "an untied lm_head": (_untied, False, ["lm_head.weight", "ties"]),
-    "no config.json": (_no_config, False, ["config.json", "no-config"]),
-    "no such folder": (_no_folder, False, ["no-such-folder"]),
-    "a Hub id not in the cache, the Hub out of reach": (_uncached, False, ["'gpt2'", "cache", "hf download gpt2"]),
-}
-
-
-@pytest.mark.parametrize("case", list(BROKEN))
-def test_a_broken_checkpoint_fails_clearly(step, case, checkpoints, tokenizer_dir, tmp_path, monkeypatch):
-    """a broken checkpoint raises CheckpointError with one line that names the problem"""
-    make, needs_todos, named = BROKEN[case]
-    if needs_todos:
-        _ready(step)
-    model = make(checkpoints, tmp_path, tokenizer_dir, monkeypatch)
-    load, error_class = attribute(step, "load_pretrained"), attribute(step, "CheckpointError")
-    started = time.perf_counter()
-    try:
-        load(model)
-    except error_class as error:
-        message = str(error)
-    except Exception as error:  # noqa: BLE001 - the learner's line, explained
-        fail(f"load_pretrained on {case} raised {explain_exception(error, step.__file__)}; expected a CheckpointError "
-             f"naming {', '.join(named)}")
-    else:
-        fail(f"load_pretrained accepted {case} — keep the given checks in {shown(step.__file__)}")
-    seconds = time.perf_counter() - started
-    if "\n" in message.strip():
-        fail(f"the CheckpointError for {case} is {message.count(chr(10)) + 1} lines; one line is what a user reads")
-    for name in named:
-        if name not in message:
-            fail(f"the CheckpointError for {case} does not name {name!r}: {message}")
-    if seconds > 10:
-        fail(f"load_pretrained took {seconds:.0f} s to give up on {case}; it should fail within seconds")
-    print(f"{case} ({seconds:.2f} s): {message}")
 
 
 # --- GPT-2 itself, when its weights are on this machine ----------------------------------

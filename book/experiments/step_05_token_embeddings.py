@@ -4,7 +4,7 @@ import numpy as np
 from max.experimental import functional as F
 
 from course import runtime
-from course.authoring.experiments import init_like_gpt2
+from course.weights import init_like_gpt2
 from step_01_config import GPT2Config
 from step_05_token_embeddings import TokenEmbeddings
 

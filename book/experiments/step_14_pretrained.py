@@ -12,20 +12,23 @@ from max.experimental import functional as F
 from safetensors import safe_open
 
 from course import runtime
+from course.checkpoints import expected_shapes
+from course.weights import random_weights, shapes_of
 from step_01_config import GPT2Config
 from step_11_lm_head import GPT2LMHeadModel
 from step_12_tokenizer import END_OF_TEXT, bytes_to_unicode
-from step_14_pretrained import expected_shapes, from_pretrained, is_weight, load_pretrained, max_name, to_max_layout
+from step_14_pretrained import from_pretrained, is_weight, load_pretrained, max_name, to_max_layout
 
-torch.manual_seed(14)
 hf_config = transformers.GPT2Config(vocab_size=257, n_positions=16, n_embd=8, n_layer=1, n_head=2,
                                     bos_token_id=256, eos_token_id=256)
 transformers.utils.logging.disable_progress_bar()
 hf = transformers.GPT2LMHeadModel(hf_config).eval()
-seed = torch.Generator().manual_seed(14)  # its own: the model's init draws differently across versions
-with torch.no_grad():  # weights larger than GPT-2's initial 0.02, so that a mistake shows
-    for weight in hf.parameters():
-        weight.normal_(0, 0.3, generator=seed)
+# The course's seeded weights (the model's own init draws differently across versions),
+# with matrices larger than GPT-2's initial 0.02, so that a mistake shows.
+weights = random_weights(shapes_of(hf.named_parameters()), seed=14, std=0.3)
+with torch.no_grad():
+    for name, weight in hf.named_parameters():
+        weight.copy_(torch.from_numpy(weights[name]))
 
 folder = Path(tempfile.mkdtemp())
 hf.save_pretrained(folder)
@@ -69,6 +72,6 @@ print(f"{name} left [in, out]: loads, and the logits are off by up to {np.abs(of
 print(f"\n{'model':12} {'n_layer':>7} {'n_embd':>6} {'n_head':>6} {'parameters':>14} {'float32':>9}")
 for hub_id, (n_layer, n_embd, n_head) in {"gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16),
                                           "gpt2-large": (36, 1280, 20), "gpt2-xl": (48, 1600, 25)}.items():
-    shapes = expected_shapes(GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head))
+    shapes = expected_shapes(GPT2LMHeadModel, GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head))
     count = sum(int(np.prod(shape)) for shape in shapes.values())
     print(f"{hub_id:12} {n_layer:>7} {n_embd:>6} {n_head:>6} {count:>14,} {count * 4 / 1e9:>7.2f} GB")

@@ -41,7 +41,7 @@ the working directory is the repository root, ``solutions/`` is on ``sys.path``
 (so ``from step_07_attention import CausalSelfAttention`` is the finished code)
 and :func:`course.runtime.setup` has run (fast eager MAX ops, CPU, float32).
 A script must print the same text on every run: seed every random number (see
-:func:`init_like_gpt2`) and round what you print. Keep it to a few seconds: each
+:func:`course.weights.init_like_gpt2`) and round what you print. Keep it to a few seconds: each
 eager MAX op costs 5-50 ms, and an op family the course does not already use
 costs 20-60 s to compile the first time.
 """
@@ -327,26 +327,6 @@ def write_block(experiment: Experiment | CheckOutput, actual: str) -> None:
         start, end = experiment.block
         lines[start:end] = block
     experiment.chapter.write_text("\n".join(lines) + "\n")
-
-
-def init_like_gpt2(module, seed: int = 0, std: float = 0.02) -> None:
-    """Loads seeded weights the way GPT-2 initializes them: matrices ~ N(0, std²),
-    biases 0, 1-D scales (layer norm's ``weight``) 1. Build the module under ``F.lazy()``."""
-    import numpy as np
-
-    from course import runtime
-
-    rng = np.random.default_rng(seed)
-    state = {}
-    for name, tensor in module.parameters:
-        shape = [int(d) for d in tensor.shape]
-        if name.endswith("bias"):
-            state[name] = np.zeros(shape, np.float32)
-        elif len(shape) == 1:
-            state[name] = np.ones(shape, np.float32)
-        else:
-            state[name] = (rng.standard_normal(shape) * std).astype(np.float32)
-    module.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
 
 
 def main(argv: list[str] | None = None) -> int:

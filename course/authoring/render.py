@@ -115,6 +115,26 @@ def stale(steps_dir: Path = STEPS) -> list[str]:
     return problems
 
 
+def compare_with_manifest(steps_dir: Path = STEPS) -> tuple[list[str], list[str]]:
+    """(stale, edited) for ``steps_dir`` against its manifest (``.stubs.json``).
+
+    stale: solutions whose rendering is not the one the manifest records (an
+    instructor changed a solution and did not re-render). edited: step files that
+    are not their recorded rendering any more, which is what a learner's work is.
+    """
+    manifest = _manifest(steps_dir)
+    stale, edited = [], []
+    for name, text in _rendered():
+        if manifest.get(name) != _digest(text):
+            stale.append(f"solutions/{name} renders a stub that {steps_dir.name}/{MANIFEST} does not record")
+        target = steps_dir / name
+        if not target.exists():
+            edited.append(f"{steps_dir.name}/{name} is missing")
+        elif _digest(target.read_text()) != manifest.get(name):
+            edited.append(f"{steps_dir.name}/{name} has edits")
+    return stale, edited
+
+
 TODO_LINE = re.compile(r"^\s*# TODO (\d+):")
 
 

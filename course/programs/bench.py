@@ -8,6 +8,12 @@
 
 Fair by construction:
 
+* every path reads the same checkpoint through the same road (``course.programs.build``;
+  Hugging Face through ``from_pretrained``): without ``--model``, GPT-2 small's sizes
+  with GPT-2-style random weights, written once as a checkpoint folder
+  (``course.weights.random_checkpoint``); ``solutions/`` is what runs, offline;
+* Hugging Face runs on the device ours runs on: ``--device gpu`` needs a PyTorch
+  built with CUDA, and is refused in one line without one;
 * every path runs in **its own process**: once a MAX graph has run in a process,
   torch in that process is ~28% slower for good, which would flatter MAX;
 * the paths alternate, round after round, so a busy moment hurts all of them;
@@ -34,6 +40,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,129 +61,92 @@ def _prompt(n: int, vocab: int) -> list[int]:
     return np.random.default_rng(12).integers(0, vocab, size=n).tolist()
 
 
-def _random_state(config) -> dict:
-    """GPT-2-like random weights in the checkpoint's (Hugging Face) names and layouts, shared by all paths."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    c, inner = config.n_embd, 4 * config.n_embd
-    state = {"transformer.wte.weight": (config.vocab_size, c), "transformer.wpe.weight": (config.n_positions, c), "transformer.ln_f.weight": (c,), "transformer.ln_f.bias": (c,)}
-    for i in range(config.n_layer):
-        p = f"transformer.h.{i}."
-        state |= {p + "ln_1.weight": (c,), p + "ln_1.bias": (c,), p + "ln_2.weight": (c,), p + "ln_2.bias": (c,),
-                  p + "attn.c_attn.weight": (c, 3 * c), p + "attn.c_attn.bias": (3 * c,), p + "attn.c_proj.weight": (c, c),
-                  p + "attn.c_proj.bias": (c,), p + "mlp.c_fc.weight": (c, inner), p + "mlp.c_fc.bias": (inner,),
-                  p + "mlp.c_proj.weight": (inner, c), p + "mlp.c_proj.bias": (c,)}
-    out = {}
-    for name, shape in state.items():
-        if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name.endswith("ln_f.weight"):
-            out[name] = np.ones(shape, np.float32)
-        else:
-            out[name] = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
-    return out
-
-
-def worker(path: str, new_tokens: int, prompt_tokens: int, layers: int, device: str, model: str | None, accuracy: bool) -> dict:
+def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: str, accuracy: bool) -> dict:
     """One path in this process: warm up, then time one greedy generation."""
-    sys.path.insert(0, str(SOLUTIONS))
-    from step_01_config import GPT2Config
-
-    if model:
-        from step_14_pretrained import CheckpointError, load_pretrained
-
-        try:
-            pretrained = load_pretrained(model)
-        except CheckpointError as error:
-            raise SystemExit(str(error)) from None
-        config, state, hf_state = pretrained.config, pretrained.state, pretrained.folder
-    else:
-        config = GPT2Config(n_layer=layers)
-        hf_state = _random_state(config)
-        state = None  # converted from hf_state (step 14) by the MAX paths
-    prompt = _prompt(prompt_tokens, config.vocab_size)
-    result = {"compile_s": 0.0}
     if path == "hf":
-        times = _time_hf(config, hf_state, prompt, new_tokens)
+        import transformers
+
+        reference = transformers.GPT2LMHeadModel.from_pretrained(model)
+        prompt = _prompt(prompt_tokens, reference.config.vocab_size)
+        times, tokens = _time_hf(reference, prompt, new_tokens, device)
+        result = {"compile_s": 0.0}
     else:
-        times, result = _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accuracy)
+        times, tokens, result = _time_ours(path, model, prompt_tokens, new_tokens, device, accuracy)
     steps = [b - a for a, b in zip(times, times[1:])]
     return result | {"prefill_ms": 1000 * (times[1] - times[0]), "decode_tok_s": len(steps[1:]) / sum(steps[1:]),
-                     "step_ms": [1000 * s for s in steps[1:]]}
+                     "step_ms": [1000 * s for s in steps[1:]], "tokens": tokens}
 
 
-def _time_hf(config, state, prompt, new_tokens) -> list[float]:
-    """``state``: HF-named random weights, or the folder of a real checkpoint."""
+def _time_hf(model, prompt, new_tokens, device: str) -> tuple[list[float], list[int]]:
+    """Hugging Face's generate on ``device`` (cpu, or gpu as CUDA), timed per token."""
     import torch
-    import transformers
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    if isinstance(state, Path):
-        model = transformers.GPT2LMHeadModel.from_pretrained(state)
-    else:
-        hf_config = transformers.GPT2Config(n_layer=config.n_layer, bos_token_id=0, eos_token_id=0)
-        with torch.device("meta"):
-            model = transformers.GPT2LMHeadModel(hf_config)
-        model = model.to_empty(device="cpu")
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
-        model.tie_weights()
-    model.eval()
+    where = "cuda" if device == "gpu" else "cpu"
+    model = model.to(where).eval()
+    sync = torch.cuda.synchronize if where == "cuda" else (lambda: None)
 
     class Clock(LogitsProcessor):
         def __init__(self):
             self.times = []
 
         def __call__(self, input_ids, scores):
+            sync()  # a GPU runs ahead of Python: wait for the logits before reading the clock
             self.times.append(time.perf_counter())
             return scores
 
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=where)
     kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, use_cache=True, pad_token_id=0)
     with torch.no_grad():
         model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kwargs)  # warm-up
         clock = Clock()
+        sync()
         start = time.perf_counter()
-        model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, logits_processor=LogitsProcessorList([clock]), **kwargs)
-    return [start, *clock.times]
+        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             logits_processor=LogitsProcessorList([clock]), **kwargs)
+    return [start, *clock.times], out[0, len(prompt):].tolist()
 
 
-def _time_ours(path, config, state, hf_state, prompt, new_tokens, device, accuracy) -> tuple[list[float], dict]:
+def _time_ours(path, model, prompt_tokens, new_tokens, device, accuracy) -> tuple[list[float], list[int], dict]:
     from course import runtime
 
     runtime.setup()
-    from course.programs.generate import compile_model, import_steps, pick_device
+    from course.programs.build import compile_model, load
+    from course.programs.generate import import_steps, pick_device
 
     steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15])
     gen = steps[13]
     quantize = path.removeprefix("cache_") if path.startswith("cache_") else None
     device = pick_device(device)
     started = time.perf_counter()
-    if state is None:
-        state = steps[14].convert(dict(hf_state))  # the checkpoint's layouts -> MAX's (step 14)
+    pretrained = load(steps, model)
+    config = pretrained.config
+    prompt = _prompt(prompt_tokens, config.vocab_size)
     if quantize:
         from course.programs.quantize import check
 
         check(quantize, config, device)
-    next_logits = compile_model(steps, config, state, device, path != "no_cache", quantize)
+    next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize)
     result = {"compile_s": time.perf_counter() - started}
     kwargs = dict(n_positions=config.n_positions, temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
     start = time.perf_counter()
-    times = [start]
-    for _ in gen.generate(next_logits, prompt, new_tokens, **kwargs):
+    times, tokens = [start], []
+    for token in gen.generate(next_logits, prompt, new_tokens, **kwargs):
         times.append(time.perf_counter())
+        tokens.append(token)
     if quantize and accuracy:
         from course.programs.quantize import agreement, logits_along
 
-        reference = compile_model(steps, config, state, device, True)
-        tokens = list(gen.generate(reference, prompt, new_tokens, **kwargs))
-        result["accuracy"] = agreement(logits_along(reference, prompt, tokens), logits_along(next_logits, prompt, tokens))
-    return times, result
+        reference = compile_model(steps, pretrained, device, True)
+        greedy = list(gen.generate(reference, prompt, new_tokens, **kwargs))
+        result["accuracy"] = agreement(logits_along(reference, prompt, greedy), logits_along(next_logits, prompt, greedy))
+    return times, tokens, result
 
 
-def _run_worker(path: str, args, accuracy: bool = False) -> dict:
+def _run_worker(path: str, args, model: str, accuracy: bool = False) -> dict:
     command = [sys.executable, "-m", "course.programs.bench", "--worker", path, "--new-tokens", str(args.new_tokens),
-               "--prompt-tokens", str(args.prompt_tokens), "--layers", str(args.layers), "--device", args.device]
-    command += ["--model", args.model] if args.model else []
+               "--prompt-tokens", str(args.prompt_tokens), "--device", args.device, "--model", model]
     command += ["--accuracy"] if accuracy else []
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
@@ -185,11 +155,24 @@ def _run_worker(path: str, args, accuracy: bool = False) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _refuse_unfair_gpu(device: str) -> None:
+    """``--device gpu`` times Hugging Face on the GPU too; without a CUDA PyTorch that cannot be fair."""
+    if device != "gpu":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU build" if torch.version.cuda is None else "built with CUDA, but finds no GPU"
+        raise SystemExit(f"bench --device gpu: this PyTorch ({torch.__version__}) is {build}, so Hugging Face "
+                         "would run on the CPU against ours on the GPU, which is no fair race; install a CUDA "
+                         "build of PyTorch, or compare on the CPU (--device cpu)")
+
+
 def _median(runs: list[dict]) -> dict:
     steps = [statistics.median(values) for values in zip(*(r["step_ms"] for r in runs))]
     out = {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs),
            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs),
-           "compile_s": statistics.median(r["compile_s"] for r in runs), "step_ms": steps}
+           "compile_s": statistics.median(r["compile_s"] for r in runs), "step_ms": steps, "tokens": runs[0]["tokens"]}
     return out | ({"accuracy": runs[0]["accuracy"]} if "accuracy" in runs[0] else {})
 
 
@@ -228,11 +211,13 @@ def plot(results: dict, file: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pixi run bench", description=__doc__.split("\n")[0])
-    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
-    p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--prompt-tokens", type=int, default=12)
-    p.add_argument("--rounds", type=int, default=3)
+    p = argparse.ArgumentParser(prog="pixi run bench", description=__doc__.split("\n")[0] + (
+        " Runs solutions/; offline, on GPT-2 small's sizes with random weights unless --model names a checkpoint."),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where both sides run")
+    p.add_argument("--new-tokens", type=int, default=64, help="greedy tokens generated per run")
+    p.add_argument("--prompt-tokens", type=int, default=12, help="length of the (random) prompt")
+    p.add_argument("--rounds", type=int, default=3, help="runs per path; the medians are reported")
     p.add_argument("--layers", type=int, default=12, help="n_layer of the random model (GPT-2 small: 12)")
     p.add_argument("--model", help="a checkpoint (Hub id or folder, as for main) instead of random weights")
     p.add_argument("--quantize", nargs="+", choices=QUANTIZE, default=[], help="add the cached model with weights in these formats (CPU only)")
@@ -242,18 +227,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accuracy", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        result = worker(args.worker, args.new_tokens, args.prompt_tokens, args.layers, args.device, args.model, args.accuracy)
+        result = worker(args.worker, args.new_tokens, args.prompt_tokens, args.device, args.model, args.accuracy)
         print(json.dumps(result))
         return 0
     if args.new_tokens < 3 or args.prompt_tokens < 1 or args.rounds < 1:
         raise SystemExit("bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more")
+    _refuse_unfair_gpu(args.device)
     paths = ["hf", "no_cache", "cache", *(f"cache_{name}" for name in args.quantize)]
-    runs = {path: [] for path in paths}
-    with err.status("") as status:
-        for round_ in range(1, args.rounds + 1):
-            for path in paths:
-                status.update(f"round {round_}/{args.rounds}: {PATHS[path]} (its own process; the first MAX run compiles for minutes)")
-                runs[path].append(_run_worker(path, args, accuracy=round_ == 1 and path.startswith("cache_")))
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        model = args.model
+        if model is None:
+            from course.weights import random_checkpoint
+
+            with err.status(f"Writing GPT-2 small's sizes ({args.layers} layers) with random weights as a checkpoint …"):
+                model = str(random_checkpoint(Path(scratch) / "random-gpt2", n_layer=args.layers))
+        runs = _run_all(paths, args, model)
     results = {path: _median(r) for path, r in runs.items()}
     hf = results["hf"]["decode_tok_s"]
     if args.plot:
@@ -261,13 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = {}
         for path, r in results.items():
-            out[path] = {"prefill_ms": round(r["prefill_ms"], 2), "decode_tok_s": round(r["decode_tok_s"], 2), "vs_hf": round(r["decode_tok_s"] / hf, 3)}
+            out[path] = {"prefill_ms": round(r["prefill_ms"], 2), "decode_tok_s": round(r["decode_tok_s"], 2),
+                         "vs_hf": round(r["decode_tok_s"] / hf, 3), "tokens": r["tokens"]}
             if "accuracy" in r:
                 out[path] |= {"top1_vs_fp32": round(r["accuracy"]["top1"], 4), "max_logit_err": round(r["accuracy"]["max_abs_err"], 4)}
         print(json.dumps(out))
         return 0
     weights = f"{args.model}'s weights" if args.model else f"{args.layers} layers, random weights"
-    table = Table(title=f"GPT-2 ({weights}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
+    table = Table(title=f"GPT-2 ({weights}, {args.device}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
     columns = ["path", "prefill ms", "decode tok/s", "× Hugging Face"]
     columns += ["top-1 vs fp32", "max |Δ logit|"] if args.quantize else []
     for column in columns:
@@ -283,6 +272,21 @@ def main(argv: list[str] | None = None) -> int:
         std = next(r["accuracy"]["logit_std"] for r in results.values() if "accuracy" in r)
         err.print(f"[dim]top-1 and |Δ logit|: float32's greedy tokens fed to both models; float32's logits have a standard deviation of {std:.2f}.[/]")
     return 0
+
+
+def _run_all(paths: list[str], args, model: str) -> dict[str, list[dict]]:
+    """Every path, round after round, each in its own process; a line per finished run."""
+    runs = {path: [] for path in paths}
+    for round_ in range(1, args.rounds + 1):
+        for path in paths:
+            started = time.perf_counter()
+            with err.status(f"round {round_}/{args.rounds}: {PATHS[path]} (its own process; "
+                            "a first MAX run compiles for minutes) …"):
+                run = _run_worker(path, args, model, accuracy=round_ == 1 and path.startswith("cache_"))
+            runs[path].append(run)
+            err.print(f"[dim]round {round_}/{args.rounds}: {PATHS[path]}: {run['decode_tok_s']:.1f} tok/s "
+                      f"({time.perf_counter() - started:.0f} s)[/]")
+    return runs
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ from pathlib import Path
 from rich.console import Console
 
 from course import runtime
+from course.checkpoints import CheckpointError
 from course.outline import OUTLINE, SOLUTIONS, STEPS, step_path
+from course.programs import build
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -96,7 +98,7 @@ def import_steps(target: str, steps_dir: Path, numbers: list[int]) -> dict[int, 
 
 def learner_fault(error: BaseException, folder: Path) -> str:
     """One line for an unexpected error, naming the step file it came from and how to check it."""
-    from course.check.hints import describe, explain_exception
+    from course.check.hints import REPORT_TO, describe, explain_exception
 
     files, tb = [], error.__traceback__
     while tb is not None:
@@ -106,6 +108,9 @@ def learner_fault(error: BaseException, folder: Path) -> str:
         tb = tb.tb_next
     if not files:
         return f"unexpected error: {describe(error)}"
+    if folder == SOLUTIONS:  # main runs the course's own code: no step of the user's to check
+        return (f"the course's solutions failed: {explain_exception(error, files[-1])} — not your input; "
+                f"{REPORT_TO}")
     number = int(files[-1].name[5:7])  # the innermost step file on the traceback
     return f"{explain_exception(error, files[-1])}; check step {number:02d} with `pixi run s{number:02d}`"
 
@@ -123,27 +128,6 @@ def pick_device(name: str):
     return Accelerator()
 
 
-def compile_model(steps: dict[int, object], config, state: dict, device, cached: bool, quantize: str | None = None):
-    """Step 11's model (or step 15's cached one) with ``state`` loaded, compiled into ``next_logits(ids)``.
-
-    With ``quantize`` (q4_0, q4_k or q6_k), its Linear layers and head are swapped
-    for quantized ones (course.programs.quantize) before compiling.
-    """
-    from max.experimental import functional as F
-
-    model_class = steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel
-    with F.lazy():
-        model = model_class(config)
-    model.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
-    if quantize:
-        from course.programs.quantize import quantize_model
-
-        quantize_model(model, state, quantize)
-    if cached:
-        return steps[15].CachedNextLogits(model, config, device)
-    return steps[13].compile_next_logits(model, device)
-
-
 class Generator:
     """The tokenizer, the compiled model and the loop, ready for prompts."""
 
@@ -152,11 +136,15 @@ class Generator:
         device = pick_device(args.device)
         with err.status(f"Loading {args.model} …"):
             try:
-                pretrained = steps[14].load_pretrained(args.model)
-            except steps[14].CheckpointError as error:
+                pretrained = build.load(steps, args.model)
+            except CheckpointError as error:
                 raise Stop(str(error)) from None
             self.tokenizer = steps[12].Tokenizer.from_dir(pretrained.folder)
         self.config, self.pretrained, self.device = pretrained.config, pretrained, device
+        # The longest token's bytes (each stand-in character of step 12 is one byte).
+        vocab = getattr(self.tokenizer, "encoder", None) or {}
+        self.longest_token = max(map(len, vocab), default=0) or None
+        self.vocabulary = len(vocab) or self.config.vocab_size
         if args.quantize:
             from course.programs.quantize import check
 
@@ -167,7 +155,7 @@ class Generator:
 
     def compile(self) -> None:
         """Builds the model with the checkpoint's weights and compiles it (minutes the first time, then seconds)."""
-        args, steps, config, pretrained, device = self.args, self.steps, self.config, self.pretrained, self.device
+        args, config, pretrained = self.args, self.config, self.pretrained
         millions = sum(v.size for v in pretrained.state.values()) / 1e6
         cached = not args.no_cache
         kind = "with a KV cache" if cached else "without a cache"
@@ -176,12 +164,22 @@ class Generator:
         note = "the first run on a machine takes a few minutes (MAX compiles and caches it); later runs take seconds"
         started = time.perf_counter()
         with err.status(f"Compiling GPT-2 ({config.n_layer} layers, {millions:.0f}M parameters, {kind}) with MAX: {note} …"):
-            self.next_logits = compile_model(steps, config, pretrained.state, device, cached, args.quantize)
+            self.next_logits = build.compile_model(self.steps, pretrained, self.device, cached, args.quantize)
         err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s ({kind}).[/]")
+        if config.vocab_size > self.vocabulary:
+            padded = config.vocab_size - self.vocabulary
+            err.print(f"[dim]The model scores {config.vocab_size} tokens and its tokenizer has {self.vocabulary}: "
+                      f"the {padded} padded rows are never generated.[/]")
+            self.next_logits = only_tokens_below(self.vocabulary, self.next_logits)
         del self.pretrained  # the model holds the weights now
 
     def encode(self, prompt: str) -> list[int]:
-        """The prompt's ids, refused at once (before any compiling) when they cannot be generated from."""
+        """The prompt's ids, refused at once (before any compiling) when they cannot be generated from.
+
+        Faults of the input are named as such, before the tokenizer sees it: text
+        that is not valid Unicode, and text too long to fit whatever its tokens.
+        """
+        check_text(prompt, self.longest_token, self.config.n_positions)
         ids = self.tokenizer.encode(prompt)
         try:
             self.steps[13].check_lengths(len(ids), self.args.max_new_tokens, self.config.n_positions)
@@ -226,6 +224,33 @@ class Generator:
     def text(self, new: list[int]) -> str:
         eos = self.eos_id()
         return self.tokenizer.decode([t for t in new if t != eos])
+
+
+def check_text(prompt: str, longest_token: int | None, n_positions: int) -> None:
+    """A Stop naming what is wrong with the prompt's text itself, decided from the text alone."""
+    try:
+        size = len(prompt.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        bad = prompt[error.start]
+        raise Stop(f"the prompt is not valid text: character {error.start + 1} is {bad!r}, a lone surrogate, which "
+                   "Python makes of bytes that are not UTF-8 (a terminal or pipe in another encoding sends those); "
+                   "set a UTF-8 locale, or pass the text as UTF-8") from None
+    if longest_token and size > longest_token * n_positions:
+        raise Stop(f"the prompt is {size:,} bytes: even in tokens of {longest_token} bytes, the tokenizer's longest, "
+                   f"that is more than the {n_positions} positions GPT-2 can read; shorten it")
+
+
+def only_tokens_below(vocabulary: int, next_logits):
+    """``next_logits`` with every id from ``vocabulary`` on set to -inf: the rows a checkpoint pads its
+    vocabulary with (nanoGPT-style 50304 for 50257) have no token to decode."""
+    import numpy as np
+
+    def masked(ids: list[int]):
+        logits = np.array(next_logits(ids))  # a copy: the compiled model's output may be read-only
+        logits[vocabulary:] = -np.inf
+        return logits
+
+    return masked
 
 
 def report_speed(started: float, times: list[float]) -> None:

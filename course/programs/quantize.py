@@ -155,23 +155,26 @@ class QuantizedLinear(Module):
 # ANCHOR_END: qlinear
 
 
-def quantize_model(model, state: dict[str, np.ndarray], name: str):
-    """Swaps every ``Linear`` in ``model`` and its ``head`` for quantized ones; returns ``model``.
+def quantize_model(model, state: dict[str, np.ndarray], name: str) -> dict[str, Tensor]:
+    """Swaps every ``Linear`` in ``model`` and its ``head`` for quantized ones built from ``state``.
 
-    ``state`` holds the weights ``model`` was loaded with, in MAX's layout and
-    names (step 14's ``convert``); the head is the tied ``transformer.wte.weight``.
+    ``state`` holds the checkpoint's float32 weights in MAX's layout and names (step
+    14's ``convert``); the head is the tied ``transformer.wte.weight``. Returns the
+    new modules' parameters by name, for ``load_state_dict`` to take as they are.
     """
+    swapped = {}
     # ANCHOR: swap
     for path, module in [("", model), *model.descendants]:
         for attr, child in list(module.children):
             if isinstance(child, Linear):
                 full = f"{path}.{attr}" if path else attr
-                bias = state.get(f"{full}.bias")
-                setattr(module, attr, QuantizedLinear(state[f"{full}.weight"], bias, name))
+                quantized = QuantizedLinear(state[f"{full}.weight"], state.get(f"{full}.bias"), name)
+                setattr(module, attr, quantized)
+                swapped |= {f"{full}.{key}": value for key, value in quantized.parameters}
     # The head (step 11) reads wte as an output matrix; the embedding lookup keeps it in float32.
     model.head = QuantizedLinear(state["transformer.wte.weight"], None, name)
     # ANCHOR_END: swap
-    return model
+    return swapped | {f"head.{key}": value for key, value in model.head.parameters}
 
 
 def agreement(reference: np.ndarray, logits: np.ndarray) -> dict:
