@@ -196,18 +196,6 @@ def hf_greedy(model: transformers.GPT2LMHeadModel, prompt: list[int], new_tokens
     return out.sequences[0, len(prompt) :].tolist(), [score[0].numpy() for score in out.scores]
 
 
-def train_byte_bpe(folder, text: str, vocab_size: int):
-    """A byte-level BPE trained on ``text`` the way GPT-2's was (its regex, no prefix space,
-    ``<|endoftext|>`` special), saved as ``folder``/vocab.json and merges.txt; returns the trainer."""
-    from tokenizers import ByteLevelBPETokenizer
-
-    trainer = ByteLevelBPETokenizer(add_prefix_space=False)  # ByteLevel(use_regex=True): GPT-2's regex
-    trainer.train_from_iterator([text], vocab_size=vocab_size, min_frequency=2, special_tokens=["<|endoftext|>"],
-                                show_progress=False)
-    trainer.save_model(str(folder))
-    return trainer
-
-
 def rounded_logits(model: transformers.GPT2LMHeadModel, name: str, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Hugging Face's logits for ``ids`` with every block matrix and the head read back from ``name``'s
     GGUF blocks (``--quantize``), and the float32 ones; both ``[len(ids), vocab]``."""

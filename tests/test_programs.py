@@ -26,7 +26,8 @@ import pytest
 
 from course.outline import ROOT, SOLUTIONS
 from harness import greedy_agreement
-from reference import GEN, generation_model, hf_greedy, rounded_logits, train_byte_bpe
+from reference import GEN, generation_model, hf_greedy, rounded_logits
+from trained_bpe import train_byte_bpe
 
 pytestmark = pytest.mark.programs
 

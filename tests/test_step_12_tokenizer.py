@@ -33,7 +33,7 @@ import pytest
 from course.check.hints import todo_label, todos_in
 from course.outline import GPT2_TOKENIZER
 from harness import attribute, call, fail, todo_in
-from reference import train_byte_bpe
+from trained_bpe import train_byte_bpe
 
 pytestmark = pytest.mark.step12
 
