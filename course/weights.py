@@ -74,6 +74,7 @@ def random_checkpoint(folder, n_layer: int = 12, seed: int = 0, std: float = 0.0
 
     from course.outline import GPT2_TOKENIZER
 
+    transformers.utils.logging.disable_progress_bar()  # save_pretrained's bar would break bench's status line
     folder = Path(folder)
     config = transformers.GPT2Config(n_layer=n_layer)
     with torch.device("meta"):
