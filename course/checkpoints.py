@@ -126,20 +126,33 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
 
 
 def vocabulary_size(folder: Path) -> int:
-    """How many tokens the checkpoint's tokenizer names."""
-    return len(read_tokenizer(folder)[0])
+    """How many tokens the checkpoint's tokenizer names (its merges are not read)."""
+    return len(_tokenizer(Path(folder), with_merges=False)[0])
 
 
 def read_tokenizer(folder: Path) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """GPT-2's vocabulary (token -> id) and merges (in rank order) from ``folder``: vocab.json and
     merges.txt, or else tokenizer.json, which transformers 5's ``save_pretrained`` writes instead."""
-    folder = Path(folder)
+    return _tokenizer(Path(folder), with_merges=True)
+
+
+def read_files(vocab_json: Path, merges_txt: Path | None) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """GPT-2's two tokenizer files as they are: vocab.json's dict, merges.txt's pairs (none without it)."""
+    vocab = json.loads(Path(vocab_json).read_text(encoding="utf-8"))
+    lines = Path(merges_txt).read_text(encoding="utf-8").splitlines() if merges_txt else []
+    merges = []
+    for line in lines:
+        if line.strip() and not line.startswith("#version"):
+            left, right = line.split()  # a ValueError for a line that is not one pair
+            merges.append((left, right))
+    return vocab, merges
+
+
+def _tokenizer(folder: Path, with_merges: bool) -> tuple[dict[str, int], list[tuple[str, str]]]:
     vocab_json, merges_txt = folder / TOKENIZER_FILES[0], folder / TOKENIZER_FILES[1]
     try:
         if vocab_json.is_file() and merges_txt.is_file():
-            vocab = json.loads(vocab_json.read_text(encoding="utf-8"))
-            lines = merges_txt.read_text(encoding="utf-8").splitlines()
-            merges = [tuple(line.split()) for line in lines if line.strip() and not line.startswith("#version")]
+            vocab, merges = read_files(vocab_json, merges_txt if with_merges else None)
         else:
             vocab, merges = _from_tokenizer_json(folder / TOKENIZER_JSON)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:

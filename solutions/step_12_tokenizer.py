@@ -23,7 +23,6 @@ Check this step with ``pixi run s12``.
 from __future__ import annotations
 
 import heapq
-import json
 import numbers
 from pathlib import Path
 
@@ -82,15 +81,10 @@ class Tokenizer:
 
     @classmethod
     def from_files(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
-        """Reads GPT-2's ``vocab.json`` and ``merges.txt`` (given)."""
-        vocab = json.loads(Path(vocab_json).read_text(encoding="utf-8"))
-        merges = []
-        for line in Path(merges_txt).read_text(encoding="utf-8").splitlines():
-            if line.startswith("#version") or not line.strip():
-                continue
-            left, right = line.split()
-            merges.append((left, right))
-        return cls(vocab, merges)
+        """Reads GPT-2's ``vocab.json`` and ``merges.txt`` (given: ``course/checkpoints.py`` parses them)."""
+        from course.checkpoints import read_files
+
+        return cls(*read_files(Path(vocab_json), Path(merges_txt)))
 
     @classmethod
     def from_dir(cls, folder: str | Path) -> Tokenizer:
