@@ -15,6 +15,8 @@ import importlib.util
 import inspect
 import sys
 import types
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,33 +44,77 @@ def fail(reason: str):
     pytest.fail(reason, pytrace=False)
 
 
-def assert_close(actual, expected, what: str, *, atol: float = ATOL, rtol: float = RTOL) -> float:
-    """Compares arrays; on failure reports the worst mismatch and where it is. Returns max |Δ|."""
+@dataclass(frozen=True)
+class Mistake:
+    """A common wrong version of the computation a check compares, so that a ✗ can name it.
+
+    ``gives`` computes what the wrong version returns on the check's own inputs and
+    weights (NumPy; called only when the learner's numbers are off). ``todo`` is the
+    number of the stub's TODO that holds the mistake. Each step's test file keeps its
+    mistakes in one ``MISTAKES`` place; adding one takes a few lines.
+    """
+
+    says: str
+    todo: int | list[int]
+    gives: Callable[[], np.ndarray]
+
+
+def assert_close(
+    actual,
+    expected,
+    what: str,
+    *,
+    atol: float = ATOL,
+    rtol: float = RTOL,
+    mistakes: Iterable[Mistake] = (),
+    step=None,
+) -> float:
+    """Compares arrays; on failure reports the worst mismatch and where it is. Returns max |Δ|.
+
+    When the learner's numbers match one of ``mistakes`` instead (within the same
+    tolerance), the ✗ names that mistake and its TODO in ``step``'s file.
+    """
     actual = runtime.to_numpy(actual)
     expected = np.asarray(expected, dtype=np.float32)
+    reason, worst = _mismatch(actual, expected, what, atol, rtol)
+    if reason is None:
+        measured.append(worst)
+        return worst
+    for mistake in mistakes:
+        wrong = np.asarray(mistake.gives(), dtype=np.float32)
+        if _mismatch(actual, wrong, what, atol, rtol)[0] is None:
+            where = todo_label(mistake.todo, step.__file__) if step is not None else "the TODOs of this step"
+            fail(
+                f"{what}: {mistake.says} — {where} (your output matches that mistake's to the "
+                f"tolerance; the right output is up to {worst:.3g} away)"
+            )
+    fail(reason)
+
+
+def _mismatch(actual: np.ndarray, expected: np.ndarray, what: str, atol: float, rtol: float):
+    """(None, max |Δ|) when ``actual`` matches ``expected`` within the tolerance, else (reason, max |Δ|)."""
     if actual.shape != expected.shape:
-        fail(f"{what}: shape is {list(actual.shape)}, expected {list(expected.shape)}")
+        return f"{what}: shape is {list(actual.shape)}, expected {list(expected.shape)}", float("inf")
     finite = np.isfinite(expected)
     wrong = np.isfinite(actual) != finite
     wrong |= ~finite & (actual != expected)  # -inf must stay -inf, not become +inf or NaN
     if wrong.any():
         index = tuple(int(i) for i in np.argwhere(wrong)[0])
-        fail(f"{what}: value at {list(index)} is {actual[index]}, expected {expected[index]:.6g}")
+        return f"{what}: value at {list(index)} is {actual[index]}, expected {expected[index]:.6g}", float("inf")
     with np.errstate(invalid="ignore"):  # -inf - -inf where both are masked
         delta = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
     delta = np.where(finite, delta, 0.0)
     outside = delta > atol + rtol * np.abs(expected)
     worst = float(delta.max(initial=0.0))
-    if outside.any():
-        index = tuple(int(i) for i in np.unravel_index(np.argmax(delta), delta.shape))
-        fail(
-            f"{what}: max |Δ| = {worst:.3g} at {list(index)} "
-            f"(got {actual[index]:.6g}, expected {expected[index]:.6g}); "
-            f"{int(outside.sum())} of {outside.size} values are outside the tolerance "
-            f"{atol:g} + {rtol:g}·|expected|"
-        )
-    measured.append(worst)
-    return worst
+    if not outside.any():
+        return None, worst
+    index = tuple(int(i) for i in np.unravel_index(np.argmax(delta), delta.shape))
+    return (
+        f"{what}: max |Δ| = {worst:.3g} at {list(index)} "
+        f"(got {actual[index]:.6g}, expected {expected[index]:.6g}); "
+        f"{int(outside.sum())} of {outside.size} values are outside the tolerance "
+        f"{atol:g} + {rtol:g}·|expected|"
+    ), worst
 
 
 # --- loading the code under test -----------------------------------------------------

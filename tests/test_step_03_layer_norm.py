@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-from harness import assert_close, attribute, build, fail, forward, load_weights, todo_in
+from harness import Mistake, assert_close, attribute, build, fail, forward, load_weights, todo_in
 from reference import CONFIGS, hf_config, hidden_states, run, seeded, to_max_state
 
 pytestmark = pytest.mark.step03
@@ -24,14 +24,43 @@ def _inputs(width: int) -> np.ndarray:
     return x
 
 
+def mistakes(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> list[Mistake]:
+    """The common wrong LayerNorms, computed in NumPy on the check's own input and weights."""
+    x = x.astype(np.float64)
+    mean = x.mean(axis=-1, keepdims=True)
+
+    var, sample_var = x.var(axis=-1, keepdims=True), x.var(axis=-1, keepdims=True, ddof=1)
+
+    def norm(denominator):
+        return (x - mean) / denominator * weight + bias
+
+    return [
+        Mistake(
+            "the variance divides by n - 1 (the sample variance); LayerNorm's divides by n", 2,
+            lambda: norm(np.sqrt(sample_var + eps)),
+        ),
+        Mistake(
+            "eps is added outside the square root, (x - mean) / (sqrt(var) + eps); it belongs inside, "
+            "sqrt(var + eps)", 3,
+            lambda: norm(np.sqrt(var) + eps),
+        ),
+        Mistake(
+            "eps is left out: sqrt(var + eps) keeps a nearly constant token from being divided by ~0", 3,
+            lambda: norm(np.sqrt(var)),
+        ),
+    ]
+
+
 def _check(step, torch_norm: torch.nn.LayerNorm, what: str, **kwargs):
     width = torch_norm.normalized_shape[0]
     seeded(torch_norm, seed=width)
     mine = build(attribute(step, "LayerNorm"), width, **kwargs)
-    load_weights(mine, to_max_state(torch_norm))
+    state = to_max_state(torch_norm)
+    load_weights(mine, state)
     x = _inputs(width)
+    wrong = mistakes(x, state["weight"], state["bias"], torch_norm.eps)
     try:
-        assert_close(forward(mine, x), run(torch_norm, x), what)
+        assert_close(forward(mine, x), run(torch_norm, x), what, mistakes=wrong, step=step)
     except pytest.fail.Exception as mismatch:
         _diagnose_axis(step, x, torch_norm.eps, mismatch, **kwargs)
         raise
