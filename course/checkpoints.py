@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from course.outline import COURSE_MODEL
+
 #: What a GPT-2 checkpoint folder holds. Of the two weight files, the first found is read.
 CONFIG = "config.json"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
@@ -42,6 +44,9 @@ NEEDED = "config.json, model.safetensors (or pytorch_model.bin), and vocab.json 
 
 #: GPT-2's four sizes on the Hub; each is also published as "openai-community/<name>".
 SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+
+#: The name of the course's own small GPT-2, trained on the book (course/gpt2-book): ``--model course``.
+COURSE = "course"
 
 #: config.json settings the course's GPT-2 does not compute: key -> the values it does (first: the default).
 COMPUTED = {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "tie_word_embeddings": (True,),
@@ -224,7 +229,9 @@ def check_state(state: dict[str, np.ndarray], expected: dict[str, tuple[int, ...
 
 
 def find(model: str) -> Checkpoint:
-    """The files of a checkpoint folder or Hub id (cached, else downloaded)."""
+    """The files of a checkpoint folder or Hub id (cached, else downloaded), or of the course's own model."""
+    if model == COURSE:  # before the folders: the course's package folder is also called course/
+        return Checkpoint(COURSE_MODEL, _files_in(COURSE_MODEL))
     path = Path(model).expanduser()
     if path.is_dir():
         return Checkpoint(path, _files_in(path))
@@ -247,6 +254,20 @@ def find(model: str) -> Checkpoint:
         if found is not None:
             return found
     return _download(model)
+
+
+def default_model() -> tuple[str, str | None]:
+    """What ``main`` runs without ``--model``: GPT-2 small when it is cached or the Hub answers (it is
+    then downloaded), else the course's own model, with one line saying so."""
+    from huggingface_hub import constants, hf_hub_url
+
+    if any(_in_cache(repo) for repo in _spellings(SIZES[0])):
+        return SIZES[0], None
+    why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(hf_hub_url(SIZES[0], CONFIG))
+    if why is None:
+        return SIZES[0], None
+    return COURSE, (f"GPT-2 small is not in the Hugging Face cache and the Hub cannot be reached ({why}), so this is "
+                    f"the course's own small GPT-2, trained on this book (--model {COURSE}; chapter 14)")
 
 
 def _files_in(folder: Path) -> Path:

@@ -9,6 +9,8 @@ SOLUTIONS = ROOT / "solutions"
 STEPS = ROOT / "steps"
 #: GPT-2's own vocab.json and merges.txt, shipped with the course (see the README beside them).
 GPT2_TOKENIZER = ROOT / "course" / "gpt2-tokenizer"
+#: The course's own small GPT-2, trained on the book (``python -m course.authoring.train``); ``--model course``.
+COURSE_MODEL = ROOT / "course" / "gpt2-book"
 
 OUTLINE = {
     1: "model configuration",

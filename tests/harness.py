@@ -80,15 +80,22 @@ def assert_close(
     if reason is None:
         measured.append(worst)
         return worst
+    mistake = matching_mistake(actual, mistakes, atol=atol, rtol=rtol)
+    if mistake is not None:
+        where = todo_label(mistake.todo, step.__file__) if step is not None else "the TODOs of this step"
+        away = f"; the right output is up to {worst:.3g} away" if np.isfinite(worst) else ""
+        fail(f"{what}: {mistake.says} — {where} (your output matches that mistake's to the tolerance{away})")
+    fail(reason)
+
+
+def matching_mistake(actual, mistakes: Iterable[Mistake], *, atol: float = ATOL, rtol: float = RTOL) -> Mistake | None:
+    """The first of ``mistakes`` whose output ``actual`` matches within the tolerance, or None."""
+    actual = runtime.to_numpy(actual)
     for mistake in mistakes:
         wrong = np.asarray(mistake.gives(), dtype=np.float32)
-        if _mismatch(actual, wrong, what, atol, rtol)[0] is None:
-            where = todo_label(mistake.todo, step.__file__) if step is not None else "the TODOs of this step"
-            fail(
-                f"{what}: {mistake.says} — {where} (your output matches that mistake's to the "
-                f"tolerance; the right output is up to {worst:.3g} away)"
-            )
-    fail(reason)
+        if _mismatch(actual, wrong, "", atol, rtol)[0] is None:
+            return mistake
+    return None
 
 
 def _mismatch(actual: np.ndarray, expected: np.ndarray, what: str, atol: float, rtol: float):

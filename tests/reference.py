@@ -134,6 +134,30 @@ def run(module: torch.nn.Module, *inputs: np.ndarray, **kwargs) -> np.ndarray:
     return out.numpy().astype(np.float32)
 
 
+#: The epsilon a LayerNorm gets when it is built without the config's (step 03's default).
+DEFAULT_EPS = 1e-5
+
+
+def run_layer_norm(norm: torch.nn.LayerNorm, x: np.ndarray, eps: float | None = None) -> np.ndarray:
+    """Runs a Hugging Face layer norm's weights on ``x`` with ``eps`` (its own when None)."""
+    return run(lambda t: torch.nn.functional.layer_norm(t, norm.normalized_shape, norm.weight, norm.bias,
+                                                        norm.eps if eps is None else eps), x)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """NumPy softmax in float64; ``-inf`` entries get weight 0."""
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """NumPy log-softmax in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
 # --- steps 05-11
 
 

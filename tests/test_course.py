@@ -15,6 +15,7 @@ import pytest
 from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
 from course.authoring import experiments, render
+from course.check import hints
 from course.outline import ROOT, SOLUTIONS, available, step_path
 from harness import assert_close, build, forward, load_weights, solution
 from reference import SMALL, hf_config, hidden_states, run, seeded, to_max_state
@@ -24,8 +25,37 @@ pytestmark = pytest.mark.course
 #: Bugs planted in a copy of a solution: (step, the code as written, the buggy code, what
 #: the *first* ✗ must then report). To plant several edits, give tuples of equal length.
 PLANTED = {
-    "exact GELU instead of tanh": (4, 'approximate="tanh"', 'approximate="none"', r"max \|Δ\| = "),
-    "wrong LayerNorm epsilon": (3, "eps: float = 1e-5", "eps: float = 1e-6", r"max \|Δ\| = "),
+    "exact GELU instead of tanh": (
+        4, 'approximate="tanh"', 'approximate="none"', r"\(small\): the GELU is the exact, erf-based one.* — TODO 3 in "
+    ),
+    # F.relu is a kernel the course runs nowhere else: CI's cold first run compiles it once (20-60 s).
+    "ReLU instead of GELU": (
+        4, 'F.gelu(self.c_fc(x), approximate="tanh")', "F.relu(self.c_fc(x))", r"the activation is a ReLU.* — TODO 3 in "
+    ),
+    "c_fc hard-codes 4 * n_embd": (
+        4, "Linear(config.n_embd, config.inner_dim)", "Linear(config.n_embd, 4 * config.n_embd)",
+        r"MLP\.c_fc\.weight has shape \[256, 64\], but GPT-2's is \[64, 64\] — TODO 1 in ",
+    ),
+    "c_proj without a bias": (
+        4, "Linear(config.inner_dim, config.n_embd)", "Linear(config.inner_dim, config.n_embd, bias=False)",
+        r"MLP has no `c_proj\.bias` .* — TODO 2 in ",
+    ),
+    "wrong LayerNorm epsilon": (
+        3, "eps: float = 1e-5", "eps: float = 1e-6", r"the output matches eps = 1e-06, not the eps = 1e-05 .* — TODO 3 in "
+    ),
+    "LayerNorm eps outside the root": (
+        3, "(x - mean) * F.rsqrt(var + self.eps)", "(x - mean) / (1 / F.rsqrt(var) + self.eps)",
+        r"eps is added outside the square root.* — TODO 3 in ",
+    ),
+    "LayerNorm with the sample variance": (
+        3, "var = F.mean((x - mean) * (x - mean), axis=-1)",
+        "n = int(x.shape[-1])\n        var = F.mean((x - mean) * (x - mean), axis=-1) * (n / (n - 1))",
+        r"the variance divides by n - 1 \(the sample variance\).* — TODO 2 in ",
+    ),
+    "LayerNorm weight of the wrong shape": (
+        3, "self.weight = Tensor.ones([dim])", "self.weight = Tensor.ones([1, dim])",
+        r"LayerNorm\.weight has shape \[1, 64\], but GPT-2's is \[64\] — TODO 1 in ",
+    ),
     "causal mask off by one, too open": (
         2, "num_upper=past_len,", "num_upper=past_len + 1,", r"too open by 1: .* sees the next 1 key"
     ),
@@ -55,30 +85,66 @@ PLANTED = {
         3,
         ("mean = F.mean(x, axis=-1)", "(x - mean), axis=-1)"),
         ("mean = F.mean(x, axis=1)", "(x - mean), axis=1)"),
-        r"statistics were not taken over the last axis: .* over axis 1 instead.* TODO 2",
+        r"statistics were not taken over the last axis: .* over axis 1 instead.* — TODO 2 in ",
     ),
     # Steps 05-11.
     "positions starting at 1": (
         6,
         "F.arange(past_len, past_len + seq_len,",
         "F.arange(past_len + 1, past_len + seq_len + 1,",
-        r"embeddings of 7 tokens vs Hugging Face hidden_states\[0\] \(small\): max \|Δ\| = ",
+        r"embeddings of 7 tokens vs Hugging Face hidden_states\[0\] \(small\): positions start at 1, not 0.* — TODO 2 in ",
+    ),
+    "positions ignore past_len": (
+        6, "F.arange(past_len, past_len + seq_len,", "F.arange(0, seq_len,",
+        r"after past_len=5 .*: past_len is ignored: positions start at 0, not at past_len = 5 — TODO 2 in ",
+    ),
+    "wpe sized by the vocabulary": (
+        6, "Embedding(config.n_positions, dim=config.n_embd)", "Embedding(config.vocab_size, dim=config.n_embd)",
+        r"Embeddings\.wpe\.weight has shape \[96, 64\], but GPT-2's is \[32, 64\] — TODO 1 in ",
+    ),
+    "position embeddings not added": (
+        6, "return super().forward(input_ids) + self.wpe(positions)", "return super().forward(input_ids)",
+        r"\(small\): wpe is not added: these are the token embeddings alone — TODO 3 in ",
     ),
     "q, k, v split in the wrong order": (
-        7, "q, k, v = F.split(", "k, q, v = F.split(", r"attention output for 2 tokens .* \(small\): max \|Δ\| = "
+        7, "q, k, v = F.split(", "k, q, v = F.split(",
+        r"attention output for 2 tokens .* \(small\): c_attn's output was split as k, q, v; .* — TODO 5 in ",
     ),
-    "no 1/sqrt(d) scaling": (7, " / math.sqrt(self.head_dim)", "", r"attend\(q, k, v, past_len=0\) .*: max \|Δ\| = "),
+    "no 1/sqrt(d) scaling": (
+        7, " / math.sqrt(self.head_dim)", "", r"attend\(q, k, v, past_len=0\) .*: the scores are not scaled.* — TODO 3 in "
+    ),
+    "scores divided by head_dim": (
+        7, " / math.sqrt(self.head_dim)", " / self.head_dim",
+        r"attend\(q, k, v, past_len=0\) .*: the scores are divided by head_dim \(16\), not by √head_dim \(4\) — TODO 3 in ",
+    ),
     "softmax over the query axis": (
-        7, "F.softmax(scores, axis=-1)", "F.softmax(scores, axis=-2)", r"attend\(q, k, v, past_len=0\) .*: max \|Δ\| = "
+        7, "F.softmax(scores, axis=-1)", "F.softmax(scores, axis=-2)",
+        r"attend\(q, k, v, past_len=0\) .*: the softmax runs over the queries .* — TODO 3 in ",
+    ),
+    "no causal mask": (
+        7, "        scores = scores + self.mask(seq_len, past_len)\n", "",
+        r"attend\(q, k, v, past_len=0\) .*: no causal mask: .* — TODO 3 in ",
     ),
     "heads merged without moving the head axis back": (
-        7, "y.transpose(1, 2).reshape(", "y.reshape(", r"merge_heads\(split_heads\(x\)\) vs x: max \|Δ\| = "
+        7, "y.transpose(1, 2).reshape(", "y.reshape(",
+        r"merge_heads\(split_heads\(x\)\) vs x: merge_heads reshapes \[B, H, T, D\] straight to .* — TODO 4 in ",
+    ),
+    "heads split without moving the head axis": (
+        7,
+        "x = x.reshape([x.shape[0], x.shape[1], self.n_head, self.head_dim])\n        return x.transpose(1, 2)",
+        "return x.reshape([x.shape[0], self.n_head, x.shape[1], self.head_dim])",
+        r"split_heads\(x\) vs .*: split_heads reshapes \[B, T, C\] straight to \[B, H, T, D\].* — TODO 2 in ",
+    ),
+    "c_attn without a bias": (
+        7, "Linear(config.n_embd, 3 * config.n_embd)", "Linear(config.n_embd, 3 * config.n_embd, bias=False)",
+        r"CausalSelfAttention has no `c_attn\.bias` .* — TODO 1 in ",
     ),
     "residual adds the normalized input": (
         8,
         "return x + sublayer(norm(x))",
         "return norm(x) + sublayer(norm(x))",
-        r"residual\(x, ln_1, attn\) vs GPT2Block's x \+ attn\(ln_1\(x\)\) \(small\): max \|Δ\| = ",
+        r"residual\(x, ln_1, attn\) vs GPT2Block's x \+ attn\(ln_1\(x\)\) \(small\): the normalized x is added "
+        r"back, .* — TODO 1 in ",
     ),
     "untied LM head": (
         11,
@@ -93,30 +159,104 @@ PLANTED = {
             "        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)\n",
             "return self.lm_head(hidden)",
         ),
-        r"has its own parameter lm_head\.weight: .*weight tying\) — TODO 1, 2, 3 in ",
+        r"has its own parameter lm_head\.weight: GPT-2 ties its head to the token embedding.* step 14 loads only "
+        r"transformer\.wte\.weight and relies on the tie.* — TODO 1, 2 in ",
     ),
     "LM head without the transpose": (
         11,
         "self.transformer.wte.weight.T",
         "self.transformer.wte.weight",
-        r"logits vs Hugging Face GPT2LMHeadModel \(small, square wte\): max \|Δ\| = ",
+        r"head\(hidden\) vs hidden @ wteᵀ \(small, square wte\): the head multiplies by wte, not by its transpose.* — "
+        r"TODO 2 in ",
+    ),
+    # (Softmax, not log-softmax: a kernel the course does not use would compile afresh in CI, a minute.)
+    "LM head returns probabilities": (
+        11,
+        ("from max.experimental.nn import Module", "return hidden @ self.transformer.wte.weight.T"),
+        ("from max.experimental import functional as F\nfrom max.experimental.nn import Module",
+         "return F.softmax(hidden @ self.transformer.wte.weight.T)"),
+        r"head\(hidden\) vs .*: the head returns probabilities \(a softmax\).* — TODO 2 in ",
+    ),
+    "forward returns probabilities": (
+        11,
+        ("from max.experimental.nn import Module", "return self.head(self.transformer(input_ids))"),
+        ("from max.experimental import functional as F\nfrom max.experimental.nn import Module",
+         "return F.softmax(self.head(self.transformer(input_ids)))"),
+        r"logits vs .* \(small, square wte\): forward returns probabilities \(a softmax of the logits\).* — TODO 3 in ",
+    ),
+    "body under another name": (
+        11, "self.transformer = GPT2Model(config)", "self.body = GPT2Model(config)",
+        r"GPT2LMHeadModel has no `transformer\.wte\.weight` \(the name GPT-2's checkpoint uses\) — TODO 1 in ",
     ),
     "block ignores the config's epsilon": (
         9,
         "self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)",
         "self.ln_2 = LayerNorm(config.n_embd)",
-        r"Block output vs Hugging Face GPT2Block \(n_inner=48, eps=0\.1\): max \|Δ\| = ",
+        r"Block output vs Hugging Face GPT2Block \(n_inner=48, eps=0\.1\): ln_2 is built without the config's "
+        r"epsilon: .* — TODO 1 in ",
     ),
-    "model skips ln_f": (10, "return self.ln_f(x)", "return x", r"comes after the last block \(ln_f\)"),
+    "block uses ln_1 twice": (
+        9, "return residual(x, self.ln_2, self.mlp)", "return residual(x, self.ln_1, self.mlp)",
+        r"Block output .* \(small\): ln_1 is used before both branches.* — TODO 2 in ",
+    ),
+    "block is post-norm": (
+        9,
+        "x = residual(x, self.ln_1, self.attn)\n        return residual(x, self.ln_2, self.mlp)",
+        "x = self.ln_1(x + self.attn(x))\n        return self.ln_2(x + self.mlp(x))",
+        r"Block output .* \(small\): the layer norms come after the residual additions \(post-norm.* — TODO 2 in ",
+    ),
+    "block runs the MLP first": (
+        9,
+        "x = residual(x, self.ln_1, self.attn)\n        return residual(x, self.ln_2, self.mlp)",
+        "x = residual(x, self.ln_2, self.mlp)\n        return residual(x, self.ln_1, self.attn)",
+        r"Block output .* \(small\): the MLP branch runs before the attention branch.* — TODO 2 in ",
+    ),
+    "model skips ln_f": (10, "return self.ln_f(x)", "return x", r"\(small\): ln_f is not applied: .* — TODO 2 in "),
     "model skips its first block": (
-        10, "for block in self.h:", "for block in self.h[1:]:", r"the blocks ran in the order \[1\]; GPT-2 runs h\[0\]"
+        10, "for block in self.h:", "for block in self.h[1:]:",
+        r"the blocks ran in the order \[1\]; GPT-2 runs h\[0\].* — TODO 2 in ",
+    ),
+    "model runs its blocks in reverse": (
+        10, "for block in self.h:", "for block in reversed(self.h):",
+        r"\(small\): the blocks run in reverse order, h\[1\] first; .* — TODO 2 in ",
+    ),
+    "model without position embeddings": (
+        10, "x = super().forward(input_ids)", "x = self.wte(input_ids)",
+        r"\(small\): the position embeddings are missing: .* — TODO 2 in ",
+    ),
+    "ln_f ignores the config's epsilon": (
+        10, "self.ln_f = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)", "self.ln_f = LayerNorm(config.n_embd)",
+        r"\(3 blocks, n_inner=48, eps=0\.1\): ln_f is built without the config's epsilon: .* — TODO 1 in ",
     ),
     # Step 12.
+    "stand-ins at chr(256 + byte)": (
+        12, "table[byte] = chr(256 + extra)", "table[byte] = chr(256 + byte)",
+        r"bytes_to_unicode\(\)\[127\] is 'ſ', GPT-2's is 'ġ': a byte that moves goes to chr\(256 \+ byte\).* — TODO 1 in ",
+    ),
     "BPE merges the highest-ranked pair first": (
         12,
         "rank, i = heapq.heappop(heap)",
         "rank, i = heap.pop(heap.index(max(heap)))",
-        r"encode\(ascii text .*\) differs from Hugging Face's at token 0 of \d+: got \d+ .*, expected 15496 'Hello' — TODO 2, 3 in ",
+        r"encode\(ascii text .*\) differs from Hugging Face's at token 0 of \d+: got \d+ .*, expected 15496 'Hello'; "
+        r"bpe\('Hello'\) gives .*: the loop merges the highest-ranked pair first.* — TODO 2 in ",
+    ),
+    # What a newcomer wrote: right ids, but each word walks all 50,000 merges (13 minutes for
+    # 1 MB). Planted in front of the heap loop, which it leaves unreachable.
+    "BPE walks the merges in file order": (
+        12,
+        "        heap = [(rank, i) for i in range(n - 1) if (rank := rank_at(i)) is not None]\n",
+        "        symbols = list(word)\n"
+        "        for pair in self.ranks:\n"
+        "            i = 0\n"
+        "            while i < len(symbols) - 1:\n"
+        "                if (symbols[i], symbols[i + 1]) == pair:\n"
+        "                    symbols[i:i + 2] = [pair[0] + pair[1]]\n"
+        "                else:\n"
+        "                    i += 1\n"
+        "        return symbols\n"
+        "        heap = [(rank, i) for i in range(n - 1) if (rank := rank_at(i)) is not None]\n",
+        r"bpe on one 32-letter word looked at 16,384 merges when merges\.txt had 16,384, and 64 when it had 64: it walks "
+        r"merges\.txt in file order, each merge once.* — TODO 2 in ",
     ),
     # The course's merge loop before issue 16: right ids, but it rescans the whole word for
     # each merge (100,000 letters without a space: 54-81 s). Planted in front of the heap loop,
@@ -150,18 +290,20 @@ PLANTED = {
         r"bpe\('CafÃ©'\) made the token 'Caf', which is not in vocab\.json: the merge loop joined two symbols whose "
         r"pair is no merge .* — TODO 2 in ",
     ),
-    "<|endoftext|> not treated as special": (
-        12,
-        "enumerate(text.split(END_OF_TEXT))",
-        "enumerate([text])",
-        r"encode\(endoftext text .*\) differs .* at token \d+ of \d+: .*; <\|endoftext\|> \(id \d+\) is there 0 times, "
-        r"expected 4 — TODO 5 in ",
+    "a piece's characters instead of its UTF-8 bytes": (
+        12, 'piece.encode("utf-8")', "map(ord, piece)",
+        r"encode_piece\('Café'\) gives .*: it gives the ids of the piece's characters, not of its UTF-8 bytes .* — TODO 3 in ",
     ),
-    "decode with errors=strict": (
-        12,
-        'data.decode("utf-8", errors="replace")',
-        'data.decode("utf-8", errors="strict")',
-        r"\(a lone 0xff byte\) raised UnicodeDecodeError; .*errors=\"replace\" .* — TODO 6 in ",
+    "PATTERN without the optional leading space": (
+        12, r"| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|", r"|\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+|",
+        r"encode\(ascii text .*\) differs .* at token 1 of \d+: got 220 ' ', expected 995 ' world'; PATTERN cuts the text "
+        r"into .*: PATTERN is without the optional leading space .* — PATTERN is given at the top of steps/step_12_tokenizer\.py",
+    ),
+    "encode_ordinary cuts with a regex without the contractions": (
+        12, "for piece in PATTERN.findall(text):",
+        r'for piece in regex.findall(r""" ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""", text):',
+        r"encode\(contractions text .*\) differs .*; encode_ordinary cuts the text with a regex without the contractions "
+        r".* — TODO 4 in ",
     ),
     "no word cache": (
         12,
@@ -175,6 +317,31 @@ PLANTED = {
         "                if False:\n                    pass",
         r"after 25,000 different pieces, self\.cache holds 25,000, more than CACHE_SIZE = 10,000: .* — TODO 4 in ",
     ),
+    "a word cache shared by every Tokenizer": (
+        12,
+        ("CACHE_SIZE = 10_000\n", "piece_ids = self.cache.get(piece)", "piece_ids = self.cache[piece] ="),
+        ("CACHE_SIZE = 10_000\nSHARED: dict[str, list[int]] = {}\n", "piece_ids = SHARED.get(piece)", "piece_ids = SHARED[piece] ="),
+        r"with a Tokenizer built from other files gave the ids of the first Tokenizer, GPT-2's: the word cache is "
+        r"shared between tokenizers .* — TODO 4 in ",
+    ),
+    "<|endoftext|> not treated as special": (
+        12,
+        "enumerate(text.split(END_OF_TEXT))",
+        "enumerate([text])",
+        r"encode\(endoftext text .*\) differs .* at token \d+ of \d+: .*; <\|endoftext\|> \(id \d+\) is there 0 times, "
+        r"expected 4 — TODO 5 in ",
+    ),
+    "encode cut short": (
+        12, "        return ids\n        # ANCHOR_END: special", "        return ids[:128]\n        # ANCHOR_END: special",
+        r"encode\(2,000 random letters text .*\) differs .* at token 128 of \d+: got nothing \(the end\), .*; encode stops "
+        r"after 128 tokens of \d+: nothing may cut the ids short — TODO 5 in ",
+    ),
+    "decode with errors=strict": (
+        12,
+        'data.decode("utf-8", errors="replace")',
+        'data.decode("utf-8", errors="strict")',
+        r"\(a lone 0xff byte\) raised UnicodeDecodeError; .*errors=\"replace\" .* — TODO 6 in ",
+    ),
     "decode takes True as an id": (
         12,
         "if isinstance(i, bool) or not isinstance(i, numbers.Integral):",
@@ -183,20 +350,48 @@ PLANTED = {
     ),
     # Step 13.
     "temperature multiplies instead of dividing": (
-        13, "/ temperature\n", "* temperature\n", r"filter_logits \(T=0\.7\) vs Hugging Face's warpers: max \|Δ\| = "
+        13, "/ temperature\n", "* temperature\n",
+        r"filter_logits \(T=0\.7\) vs Hugging Face's warpers: the logits are multiplied by the temperature \(0\.7\); "
+        r"divide them by it — TODO 1 in ",
+    ),
+    "temperature applied after the softmax": (
+        13,
+        ("logits = np.asarray(logits, dtype=np.float64) / temperature", "probs = np.exp(filtered - filtered.max())"),
+        ("logits = np.asarray(logits, dtype=np.float64)", "probs = np.exp(filtered - filtered.max()) / temperature"),
+        r"filter_logits \(T=0\.7\) vs Hugging Face's warpers: the logits are not divided by the temperature .* — TODO 1 in ",
+    ),
+    "temperature applied after the filters": (
+        13,
+        ("logits = np.asarray(logits, dtype=np.float64) / temperature", "    return logits\n\n\n# ANCHOR_END: filter_logits"),
+        ("logits = np.asarray(logits, dtype=np.float64)", "    return logits / temperature\n\n\n# ANCHOR_END: filter_logits"),
+        r"filter_logits \(T=1\.3, top-k 10, top-p 0\.6\) keeps \d+ tokens, Hugging Face keeps \d+ tokens: the temperature "
+        r"is applied after the filters.* — TODO 1 in ",
     ),
     "top-k keeps one token too many": (
         13, "np.sort(logits)[-top_k]", "np.sort(logits)[-top_k - 1]",
-        r"filter_logits \(top-k 5\) keeps 6 tokens, Hugging Face keeps 5 tokens: 1 should be cut \(-inf\) and 0 should stay",
+        r"filter_logits \(top-k 5\) keeps 6 tokens, Hugging Face keeps 5 tokens: top-k keeps k \+ 1 tokens.* — TODO 2 in ",
+    ),
+    "top-k cuts tokens tied with the k-th largest": (
+        13,
+        "kth_largest = np.sort(logits)[-top_k]\n        logits = np.where(logits < kth_largest, -np.inf, logits)",
+        'logits[np.argsort(-logits, kind="stable")[top_k:]] = -np.inf',
+        r"filter_logits \(top-k 1, the k-th largest tied with \d+ others\) keeps 1 token, Hugging Face keeps \d+ tokens: "
+        r"top-k keeps exactly k tokens and cuts some that are tied .* — TODO 2 in ",
     ),
     "top-p drops the token that crosses p": (
         13, "np.cumsum(p) - p >= top_p", "np.cumsum(p) >= top_p",
-        r"filter_logits \(top-p 0\.8\) keeps \d+ tokens?, Hugging Face keeps \d+ tokens?: 0 should be cut \(-inf\) and 1 should stay",
+        r"filter_logits \(top-p 0\.8\) keeps \d+ tokens?, Hugging Face keeps \d+ tokens?: top-p cuts the token that "
+        r"crosses top_p .* — TODO 3 in ",
+    ),
+    "top-p keeps a token at its exact boundary": (
+        13, "np.cumsum(p) - p >= top_p", "np.cumsum(p) - p > top_p",
+        r"filter_logits \(top-p 0\.25 on 64 tokens of probability 1/64\) keeps 17 tokens, Hugging Face keeps 16 tokens: "
+        r"top-p keeps a token whose predecessors add up to exactly top_p.* — TODO 3 in ",
     ),
     "top-p leaves exact ties in no fixed order": (
         13, 'order = np.argsort(-logits, kind="stable")', "order = np.argsort(-logits)",
         r"filter_logits \(top-p [\d.]+, the cut inside a group of equal logits\) keeps ids .* at an exact tie the course "
-        r"keeps the lower ids .* — TODO 1, 2, 3 in ",
+        r"keeps the lower ids .* — TODO 3 in ",
     ),
     "filter_logits takes a batch": (
         13, "    if np.ndim(logits) != 1:  # given: one row, not a batch\n", "    if False:\n",
@@ -213,25 +408,79 @@ PLANTED = {
         "filtered = np.asarray(logits, dtype=np.float64) / temperature",
         r"next_token\(\{'temperature': 1\.0, 'top_k': 1\}\) picked token \d+ on row \d+, but the largest logit is token \d+ — TODO 4 in ",
     ),
+    "next_token returns a NumPy integer": (
+        13, "return int(np.argmax(logits))", "return np.argmax(logits)",
+        r"next_token\(…, \{'temperature': 0\.0\}\) returned numpy\.int64 \d+; its docstring promises a "
+        r"Python int .* — TODO 4 in ",
+    ),
+    "next_token ignores the rng it is given": (
+        13, "return int(rng.choice(", "return int(np.random.default_rng().choice(",
+        r"next_token\(…, temperature=1\.0\) drew 20 tokens without using the rng it was given .* — TODO 4 in ",
+    ),
+    "softmax without subtracting the largest logit": (
+        13, "probs = np.exp(filtered - filtered.max())", "probs = np.exp(filtered)",
+        r"next_token\(…, temperature=1e-05\) overflows: the tempered logits reach [\d.e+]+, and np\.exp .* subtract "
+        r"the largest logit before np\.exp.* — TODO 4 in steps/step_13_generation\.py, line \d+",
+    ),
     "sampling ignores the temperature": (
         13,
         "probs = np.exp(filtered - filtered.max())",
         "probs = np.exp(filtered * temperature - (filtered * temperature).max())",
-        r"next_token \(T=0\.7\): the frequencies of 20000 draws do not follow .*chi-square",
+        r"next_token \(T=0\.7\): the frequencies of 20000 draws do not follow .*chi-square.* — TODO 4 in ",
     ),
     "generation runs past <|endoftext|>": (
         13, "        if token == eos_id:\n            return\n", "", r"it should yield the end-of-text token and stop — TODO 5 in "
     ),
-    # Step 15.
-    "cached mask blocks the past": (
-        15, "F.zeros([seq_len, past_len])", "F.full([seq_len, past_len], float(\"-inf\"))", r"CachedSelfAttention\.mask\(1, 7\) vs causal_mask\(1, 7\): value at"
+    "the new token never appended": (
+        13, "        ids.append(token)\n", "",
+        r"greedy generate gave \[.*\]: the same token every time, because each step scores the prompt .* append .* — TODO 5 in ",
     ),
-    # (Positions that restart at 0 fail "teacher-forced, the logits with the cache …" with
-    # max |Δ| ≈ 1 — verified by hand; not planted here, because the changed graph would
-    # compile afresh in CI, minutes for one entry.)
+    "the sampler re-seeded at every step": (
+        13, "next_token(next_logits(ids), rng,", "next_token(next_logits(ids), np.random.default_rng(seed),",
+        r"generate\(seed=7\) drew token \d+ all 16 times: the generator starts over at each step .* — TODO 5 in ",
+    ),
+    # Step 15. Each is caught eagerly, before the cached model is compiled: none compiles a new graph.
+    "cached mask blocks the past": (
+        15, "F.zeros([seq_len, past_len])", "F.full([seq_len, past_len], float(\"-inf\"))",
+        r"CachedSelfAttention\.mask\(1, 7\) vs causal_mask\(1, 7\): the cached keys are masked \(-inf\).* — TODO 1 in ",
+    ),
+    "cached mask with its parts swapped": (
+        15, "F.concat([F.zeros([seq_len, past_len]), causal_mask(seq_len, 0)], axis=1)",
+        "F.concat([causal_mask(seq_len, 0), F.zeros([seq_len, past_len])], axis=1)",
+        r"CachedSelfAttention\.mask\(3, 4\) vs causal_mask\(3, 4\): the two parts are in the wrong order.* — TODO 1 in ",
+    ),
+    "cached mask not offset by past_len": (
+        15, "F.concat([F.zeros([seq_len, past_len]), causal_mask(seq_len, 0)], axis=1)",
+        'F.concat([causal_mask(seq_len, 0), F.full([seq_len, past_len], float("-inf"))], axis=1)',
+        r"CachedSelfAttention\.mask\(1, 7\) vs causal_mask\(1, 7\): the mask is not offset by past_len.* — TODO 1 in ",
+    ),
     "new keys put before the past": (
-        15, "k = F.concat([past_k, k], axis=2)", "k = F.concat([k, past_k], axis=2)",
-        r"cached attention \(4 cached, then 3 new\) vs GPT2Attention over all 7: max \|Δ\| = "
+        15, "k = F.concat([past_k, k], axis=2)\n        v = F.concat([past_v, v], axis=2)",
+        "k = F.concat([k, past_k], axis=2)\n        v = F.concat([v, past_v], axis=2)",
+        r"cached attention \(4 cached, then 3 new\) vs GPT2Attention over all 7: the new keys and values come before "
+        r"the cached ones.* — TODO 2 in ",
+    ),
+    "keys joined along the heads axis": (
+        15, "k = F.concat([past_k, k], axis=2)", "k = F.concat([past_k, k], axis=1)",
+        r"CachedSelfAttention: 7 tokens after 0 cached failed: ValueError: Concat inputs differ on non-concat axis 2.*"
+        r"\(TODO 2\): the past and new keys \(and values\) are joined along another axis than 2, the token axis",
+    ),
+    "attention output not added to x": (
+        15, "x = x + attn_out", "x = attn_out",
+        r"cached block \(4 cached, then 3 new\) vs GPT2Block over all 7: the attention's output replaces x.* — TODO 3 in ",
+    ),
+    # What a newcomer saw only after compiling: max |Δ| ≈ 7 from the first decoded token on.
+    "positions restart at 0 with the cache": (
+        15, "Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[2])", "Embeddings.forward(body, input_ids)",
+        r"eager logits with the cache .*: the positions restart at 0 with every call.* — TODO 4 in ",
+    ),
+    # What a newcomer saw after a 29-minute run. The planted CachedNextLogits compiles the
+    # model (the course's one graph, warm) on its first call, which fails at once.
+    "the model compiled on every call": (
+        15, "self.run = model.compile(ids, [kv] * config.n_layer, [kv] * config.n_layer)",
+        "self.run = lambda *args: model.compile(ids, [kv] * config.n_layer, [kv] * config.n_layer)(*args)",
+        r"the prefill of 5 tokens compiled a new MAX graph: .* — CachedNextLogits is given code in "
+        r"steps/step_15_kv_cache\.py",
     ),
     # Step 14.
     "config.json ignored": (
@@ -272,6 +521,13 @@ PLANTED = {
         "return value",
         r"to_max_layout\('transformer\.h\.0\.attn\.c_attn\.weight', a \[4, 12\] weight\) returned it as stored; "
         r"it is a Conv1D weight.* — TODO 4 in ",
+    ),
+    "square attn.c_proj left untransposed": (
+        14,
+        'if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):',
+        'if name.endswith(("c_attn.weight", "mlp.c_proj.weight", "c_fc.weight")):',
+        r"to_max_layout\('transformer\.h\.0\.attn\.c_proj\.weight', a \[4, 4\] weight\) returned it as stored; .*"
+        r"it is square, so it would load without complaint.* — TODO 4 in ",
     ),
     "every 2-D weight transposed": (
         14,
@@ -358,27 +614,130 @@ def test_copied_solutions_pass_as_steps(tmp_path):
     assert not drift, "\n".join(drift)
 
 
-@pytest.mark.parametrize("bug", list(PLANTED))
-def test_planted_bug_is_caught(tmp_path, bug):
-    """a known bug planted in a copy of a solution fails that step's check, for that reason"""
-    number, good, bad, report = PLANTED[bug]
+#: Checks planted copies of one step in turn, in one process, so that PyTorch, transformers
+#: and MAX are imported once per step, not once per bug: `course.check N --steps-dir D -x`
+#: for each folder D, each run between two marker lines. -x: only the first ✗ is compared,
+#: and a planted bug in a compiled graph (step 15) would otherwise compile that changed
+#: graph afresh for the later checks (minutes).
+CHECK_PLANTED = """
+import sys
+from course.check.runner import main
+
+number, folders = sys.argv[1], sys.argv[2:]
+for index, folder in enumerate(folders):
+    print(f"@@planted {index}@@", flush=True)
+    code = main([number, "--steps-dir", folder, "-x"])
+    print(f"@@exit {index} {code}@@", flush=True)
+"""
+
+
+def _plant(bug: str) -> str:
+    """The step's solution with ``bug`` planted in it."""
+    number, good, bad, _ = PLANTED[bug]
     original = step_path(number)
     source = original.read_text()
     edits = zip(good, bad) if isinstance(good, tuple) else [(good, bad)]
     for old, new in edits:
         assert source.count(old) == 1, f"the planted bug needs exactly one `{old}` in {original.name}"
         source = source.replace(old, new)
-    (tmp_path / original.name).write_text(source)
-    # -x: only the first ✗ is compared, and a planted bug in a compiled graph (step 15)
-    # would otherwise compile that changed graph afresh for the later checks (minutes).
-    result = _python("-m", "course.check", str(number), "--steps-dir", str(tmp_path), "-x")
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, f"the check passed with the bug planted:\n{output}"
+    return source
+
+
+def _check_planted(number: int, bugs: list[str], folder: Path) -> dict[str, tuple[int | None, str]]:
+    """{bug: (exit code, output)} of step ``number``'s check on a copy with each bug planted,
+    the copy's folder shown as ``steps/``.
+
+    One process checks them all in turn. A bug whose run did not finish there (the
+    process died on it) is checked again in a process of its own. The exit code is
+    None where there is no result: the bug could not be planted, or its check died.
+    """
+    found, copies = {}, {}
+    for bug in bugs:
+        try:
+            source = _plant(bug)
+        except AssertionError as error:
+            found[bug] = (None, str(error))
+            continue
+        copies[bug] = folder / str(len(copies))
+        copies[bug].mkdir()
+        (copies[bug] / step_path(number).name).write_text(source)
+    # -u: stdout and stderr unbuffered, so that each run's lines stay between its markers.
+    result = subprocess.run(
+        [sys.executable, "-u", "-c", CHECK_PLANTED, str(number), *map(str, copies.values())],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900, check=False,
+    )
+    runs = re.split(r"^@@planted (\d+)@@\n", result.stdout, flags=re.MULTILINE)
+    for index, text in zip(runs[1::2], runs[2::2]):
+        if exit_code := re.search(rf"^@@exit {index} (\d+)@@$", text, re.MULTILINE):
+            bug = list(copies)[int(index)]
+            # The copy's folder reads as steps/, as the learner would see it.
+            found[bug] = (int(exit_code[1]), text[: exit_code.start()].replace(f"{copies[bug].resolve()}/", "steps/"))
+    unfinished = [bug for bug in copies if bug not in found]
+    if len(copies) == 1 and unfinished:
+        found[unfinished[0]] = (None, f"the check did not finish:\n{result.stdout}")
+    elif unfinished:
+        for bug in unfinished:
+            found |= _check_planted(number, [bug], folder / f"alone-{list(copies).index(bug)}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def planted(request, tmp_path_factory):
+    """The check's output on a planted bug, ``planted(bug) -> (exit code, output)``.
+
+    The first request for a step checks every selected planted bug of that step, in one
+    process (a process per bug would import PyTorch, transformers and MAX each time).
+    """
+    selected = [
+        item.callspec.params["bug"] for item in request.session.items
+        if getattr(item, "originalname", None) == "test_planted_bug_is_caught"
+    ]
+    results: dict[str, tuple[int | None, str]] = {}
+
+    def output(bug: str) -> tuple[int | None, str]:
+        if bug not in results:
+            number = PLANTED[bug][0]
+            batch = [other for other in selected if PLANTED[other][0] == number and other not in results]
+            batch = batch if bug in batch else [bug]
+            results.update(_check_planted(number, batch, tmp_path_factory.mktemp(f"planted-{number:02d}")))
+        return results[bug]
+
+    return output
+
+
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_planted_bug_is_caught(planted, bug):
+    """a known bug planted in a copy of a solution fails that step's check, for that reason"""
+    report = PLANTED[bug][3]
+    code, output = planted(bug)
+    assert code is not None, output
+    assert code == 1, f"the check passed with the bug planted:\n{output}"
     lines = output.splitlines()
     first = next((i for i, line in enumerate(lines) if line.startswith("✗")), None)
     assert first is not None and first + 1 < len(lines), f"no ✗ line:\n{output}"
     assert re.search(report, lines[first + 1]), f"the first ✗ does not say /{report}/:\n{output}"
     assert "Traceback" not in output, output
+
+
+#: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
+#: other step with a planted bug that names a TODO is held to it as well.
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+
+
+def test_every_todo_has_a_planted_bug():
+    """each TODO of a step's stub has a planted bug whose first ✗ must name it"""
+    named: dict[int, set[int]] = {}
+    for number, _, _, report in PLANTED.values():
+        for match in re.finditer(r"TODO (\d+(?:, \d+)*) in", report):
+            named.setdefault(number, set()).update(int(n) for n in match[1].split(", "))
+    missing = []
+    for number in sorted({*EVERY_TODO_PLANTED, *named}):
+        solution_file = step_path(number)
+        stub = render.render_text(solution_file.read_text(), solution_file.name)
+        unnamed = sorted({int(n) for n in hints.TODO.findall(stub)} - named.get(number, set()))
+        if unnamed:
+            missing.append(f"step {number:02d}: TODO {', '.join(map(str, unnamed))}")
+    assert not missing, f"no planted bug's first ✗ names {'; '.join(missing)} — add one to PLANTED"
 
 
 def test_missing_transpose_is_caught():
@@ -424,3 +783,86 @@ def test_a_broken_reference_is_the_courses_fault(tmp_path):
         r".* — not your code", output
     ), output
     assert "could not run because the course itself failed" in output and "Traceback" not in output, output
+
+
+# --- the runner's own report: progress off a terminal, the compile notice, skips -------------
+
+FAKE_STEP = '''
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+
+def test_quick():
+    """a quick check"""
+
+
+def test_slow():
+    """a slow check"""
+    cache = Path(os.environ["MODULAR_CACHE_DIR"])
+    (cache / ".max_cache").mkdir(parents=True, exist_ok=True)
+    (cache / ".max_cache" / "mef.lock-1a2b3c4d").write_bytes(bytes(8))  # a warm run takes a lock
+    if os.environ["FAKE_COMPILE"]:  # and a cold one writes a kernel
+        (cache / ".mogg_cache").mkdir(parents=True, exist_ok=True)
+        (cache / ".mogg_cache" / "kernel.so").write_bytes(bytes(1000))
+    time.sleep(2.6)
+
+
+def test_wrong():
+    """a failing check"""
+    pytest.fail("the numbers differ", pytrace=False)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_needs_gpt2(n):
+    """a check that needs GPT-2's files"""
+    pytest.skip("GPT-2's files are not here; `hf download gpt2` (550 MB, once) makes this check run")
+'''
+
+#: The runner on the fake step, with a progress line every second instead of every 30.
+RUN_FAKE_STEP = (
+    "import sys; from course.check.runner import Progress, check, max_cache; "
+    "sys.exit(check(sys.argv[1:], 'Fake step', 'it', [], Progress(max_cache(), every=1, quiet=0.5)))"
+)
+
+
+@pytest.fixture(scope="module")
+def fake_step(tmp_path_factory) -> dict[str, str]:
+    """The runner's output on FAKE_STEP, piped (not a terminal), with MAX's cache in a
+    scratch folder: {"warm": …, "compiling": …}."""
+    outputs = {}
+    for run_kind, compiles in (("warm", ""), ("compiling", "1")):
+        folder = tmp_path_factory.mktemp(run_kind)
+        (folder / "test_fake_step.py").write_text(FAKE_STEP)
+        env = {**os.environ, "MODULAR_CACHE_DIR": str(folder / "cache"), "FAKE_COMPILE": compiles}
+        result = _python("-c", RUN_FAKE_STEP, str(folder / "test_fake_step.py"), env=env)
+        outputs[run_kind] = result.stdout + result.stderr
+        assert result.returncode == 1 and "Traceback" not in outputs[run_kind], outputs[run_kind]
+    return outputs
+
+
+@pytest.mark.parametrize("run_kind", ["warm", "compiling"])
+def test_runner_prints_progress_off_a_terminal(fake_step, run_kind):
+    """off a terminal, a slow check gets a plain "still running" line each interval; a quick one none"""
+    output = fake_step[run_kind]
+    running = re.findall(r"^  … still running: (.+) \((\d+) s\)$", output, re.MULTILINE)
+    assert len(running) >= 2 and {title for title, _ in running} == {"a slow check"}, output
+    seconds = [int(s) for _, s in running]
+    assert seconds == sorted(set(seconds)), f"the elapsed times do not grow: {seconds}\n{output}"
+
+
+def test_compile_notice_only_when_maxs_cache_grows(fake_step):
+    """the compile notice appears when the check writes a kernel into MAX's cache, not on a warm run"""
+    assert "MAX is compiling" not in fake_step["warm"], fake_step["warm"]
+    assert fake_step["compiling"].count("MAX is compiling") == 1, fake_step["compiling"]
+
+
+def test_runner_counts_skips(fake_step):
+    """the verdict counts skipped checks with a short reason; each reason is printed once"""
+    output = fake_step["warm"]
+    assert "- a check that needs GPT-2's files [1] (skipped)" in output, output
+    assert "- a check that needs GPT-2's files [2] (skipped)" in output, output
+    assert output.count("`hf download gpt2` (550 MB, once)") == 1, output
+    assert "Fake step: 1 of 5 checks fail, 2 skipped: GPT-2's files are not here." in output, output

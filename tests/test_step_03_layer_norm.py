@@ -10,7 +10,8 @@ import pytest
 import torch
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-from harness import Mistake, assert_close, attribute, build, fail, forward, load_weights, todo_in
+from course.check.hints import todo_label
+from harness import Mistake, assert_close, attribute, build, fail, forward, load_weights
 from reference import CONFIGS, hf_config, hidden_states, run, seeded, to_max_state
 
 pytestmark = pytest.mark.step03
@@ -47,6 +48,15 @@ def mistakes(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) ->
         Mistake(
             "eps is left out: sqrt(var + eps) keeps a nearly constant token from being divided by ~0", 3,
             lambda: norm(np.sqrt(var)),
+        ),
+        *(
+            Mistake(
+                f"the output matches eps = {other:g}, not the eps = {eps:g} this LayerNorm was given: use self.eps "
+                f"(its default is GPT-2's 1e-5)", 3,
+                lambda other=other: norm(np.sqrt(var + other)),
+            )
+            for other in (1e-5, 1e-6)  # hard-coded, or a default changed
+            if other != eps
         ),
     ]
 
@@ -90,7 +100,7 @@ def _diagnose_axis(step, x: np.ndarray, eps: float, mismatch, **kwargs) -> None:
         f"output should have mean 0 and variance 1 over its {x.shape[-1]} features, but it has mean "
         f"up to {np.abs(mean).max():.3g} and variance {var.min():.3g}–{var.max():.3g}; the output "
         f"averages to 0 over axis {others[0]} instead (x has shape {list(x.shape)}) — "
-        f"{todo_in(cls.forward)}. ({mismatch})"
+        f"{todo_label(2, step.__file__)}. ({mismatch})"
     )
 
 

@@ -18,7 +18,7 @@ import torch
 import transformers
 
 from course.runtime import from_numpy
-from harness import assert_close, attribute, build, forward, load_weights, rejects, solution
+from harness import Mistake, assert_close, attribute, build, forward, load_weights, rejects, solution
 from reference import GPT2_SMALL, SMALL, hf_config, seeded, to_max_state, token_ids
 
 pytestmark = pytest.mark.step06
@@ -27,13 +27,31 @@ VARIANTS = {"small": SMALL, "gpt2-small (1 block)": dict(GPT2_SMALL, n_layer=1)}
 
 
 def _pair(step, sizes: dict, seed: int = 6):
-    """The learner's Embeddings and a seeded Hugging Face GPT2Model with the same wte and wpe."""
+    """The learner's Embeddings, a seeded Hugging Face GPT2Model with the same wte and wpe, and those two."""
     hf = hf_config(**sizes)
     reference = seeded(transformers.GPT2Model(hf), seed=seed)
     state = {name: value for name, value in to_max_state(reference).items() if name in ("wte.weight", "wpe.weight")}
     mine = build(attribute(step, "Embeddings"), solution(1).GPT2Config.from_hf(hf))
     load_weights(mine, state)
-    return mine, reference
+    return mine, reference, state
+
+
+def mistakes(state: dict[str, np.ndarray], ids: np.ndarray, past_len: int = 0) -> list[Mistake]:
+    """The common wrong embeddings, computed in NumPy from the check's ids and its wte and wpe."""
+    wte, wpe = state["wte.weight"], state["wpe.weight"]
+    seq = ids.shape[1]
+
+    def embeddings(first: int):
+        return lambda: wte[ids] + wpe[first : first + seq]
+
+    found = [Mistake("wpe is not added: these are the token embeddings alone", 3, lambda: wte[ids])]
+    if past_len + seq < len(wpe):
+        found.append(Mistake(f"positions start at {past_len + 1}, not {past_len}: F.arange counts from its "
+                             f"start, and the first token's position is past_len", 2, embeddings(past_len + 1)))
+    if past_len:
+        found.append(Mistake(f"past_len is ignored: positions start at 0, not at past_len = {past_len}", 2,
+                             embeddings(0)))
+    return found
 
 
 def _first_block_input(reference, ids: np.ndarray, past_len: int = 0) -> np.ndarray:
@@ -48,31 +66,35 @@ def _first_block_input(reference, ids: np.ndarray, past_len: int = 0) -> np.ndar
 def test_matches_gpt2_first_block_input(step, name):
     """Embeddings match Hugging Face's wte + wpe (the first block's input)"""
     sizes = VARIANTS[name]
-    mine, reference = _pair(step, sizes)
+    mine, reference, state = _pair(step, sizes)
     for seq in (7, sizes["n_positions"]) if sizes is SMALL else (7,):  # a short prompt; the full context
         ids = token_ids(2, seq, sizes["vocab_size"])
         assert_close(
             forward(mine, ids),
             _first_block_input(reference, ids),
             f"embeddings of {seq} tokens vs Hugging Face hidden_states[0] ({name})",
+            mistakes=mistakes(state, ids),
+            step=step,
         )
 
 
 def test_past_len_offsets_the_positions(step):
     """with past_len, positions start at past_len"""
-    mine, reference = _pair(step, SMALL)
+    mine, reference, state = _pair(step, SMALL)
     ids = token_ids(2, 4, SMALL["vocab_size"])
     past_len = 5
     assert_close(
         forward(mine, ids, past_len=past_len),
         _first_block_input(reference, ids, past_len),
         f"embeddings of 4 tokens after past_len={past_len} vs Hugging Face with position_ids 5..8",
+        mistakes=mistakes(state, ids, past_len),
+        step=step,
     )
 
 
 def test_rejects_sequences_longer_than_the_context(step):
     """more than n_positions tokens raise a clear ValueError"""
-    mine, _ = _pair(step, SMALL)
+    mine, _, _ = _pair(step, SMALL)
     n = SMALL["n_positions"]
     rejects(
         mine,

@@ -14,10 +14,15 @@ solutions/ (float32 noise: MAX and PyTorch sum in different orders): 7e-7 for
 (768-term dot products). The planted bugs are off by 1.3 (no 1/√d scaling) to 4.3
 (heads merged without moving the head axis back), ≥ 1000× the tolerance; q, k, v
 split in the wrong order shows from 2 tokens on (at 1 token softmax gives weight 1
-whatever the scores), softmax over the queries from 2 tokens on as well.
+whatever the scores), softmax over the queries from 2 tokens on as well. The common
+wrong versions (of the split, the scaling, the softmax axis, the mask, the merge) are
+computed in NumPy below, so that a ✗ names the mistake and its TODO.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 import pytest
@@ -25,13 +30,112 @@ import torch
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, eager_attention_forward
 
 from course.runtime import from_numpy, to_numpy
-from harness import assert_close, attribute, build, call, fail, forward, load_weights, solution
-from reference import CONFIGS, SMALL, hf_causal_mask, hf_config, hidden_states, run_masked, seeded, to_max_state
+from harness import Mistake, assert_close, attribute, build, call, fail, forward, load_weights, solution, todo_in
+from reference import (
+    CONFIGS, SMALL, hf_causal_mask, hf_config, hidden_states, run_masked, seeded, softmax, to_max_state
+)
 
 pytestmark = pytest.mark.step07
 
 #: One token, two, a short prompt, and one longer than 16.
 LENGTHS = [1, 2, 7, 19]
+
+
+# --- the common mistakes, in NumPy -------------------------------------------------------------
+
+
+SPLIT_WITHOUT_TRANSPOSE = (
+    "split_heads reshapes [B, T, C] straight to [B, H, T, D], which cuts across tokens; reshape to "
+    "[B, T, H, D], then swap the token and head axes"
+)
+MERGE_WITHOUT_TRANSPOSE = (
+    "merge_heads reshapes [B, H, T, D] straight to [B, T, C], which mixes tokens; move the head axis back "
+    "behind the token axis first (transpose), then reshape"
+)
+
+
+def split_heads(x: np.ndarray, n_head: int, transpose: bool = True) -> np.ndarray:
+    """[B, T, C] -> [B, H, T, D]; without the transpose, reshaped straight to [B, H, T, D] (a mistake)."""
+    batch, seq, width = x.shape
+    if not transpose:
+        return x.reshape(batch, n_head, seq, width // n_head)
+    return x.reshape(batch, seq, n_head, width // n_head).transpose(0, 2, 1, 3)
+
+
+def merge_heads(y: np.ndarray, transpose: bool = True) -> np.ndarray:
+    """[B, H, T, D] -> [B, T, C]; without the transpose, reshaped straight to [B, T, C] (a mistake)."""
+    batch, heads, seq, head_dim = y.shape
+    if transpose:
+        y = y.transpose(0, 2, 1, 3)
+    return y.reshape(batch, seq, heads * head_dim)
+
+
+def attend(q, k, v, past_len: int = 0, *, scale: str = "√D", axis: int = -1, masked: bool = True,
+           k_first: bool = False) -> np.ndarray:
+    """softmax(q kᵀ / √D + mask) v per head, in float64; the keywords make the common mistakes."""
+    head_dim = q.shape[-1]
+    scores = k @ q.swapaxes(-1, -2) if k_first else q @ k.swapaxes(-1, -2)
+    scores = scores / {"√D": math.sqrt(head_dim), "D": head_dim, "1": 1.0, "1/√D": 1 / math.sqrt(head_dim)}[scale]
+    if masked:
+        scores = scores + np.triu(np.full(scores.shape[-2:], -np.inf), k=past_len + 1)
+    return softmax(scores, axis) @ v
+
+
+def attend_variants(head_dim: int, past_len: int = 0) -> list[tuple[str, dict]]:
+    """The common wrong versions of attend (TODO 3): what each does, and attend's keywords for it."""
+    root = f"{math.sqrt(head_dim):g}"
+    variants = [
+        (f"the scores are not scaled: divide q·kᵀ by √head_dim (√{head_dim} = {root})", dict(scale="1")),
+        (f"the scores are divided by head_dim ({head_dim}), not by √head_dim ({root})", dict(scale="D")),
+        (f"the scores are multiplied by √head_dim ({root}); divide by it", dict(scale="1/√D")),
+        ("the softmax runs over the queries (axis -2); each query's weights must sum to 1 over the keys, "
+         "the last axis", dict(axis=-2)),
+        ("no causal mask: add self.mask(seq_len, past_len) to the scores, before the softmax", dict(masked=False)),
+    ]
+    if past_len == 0:  # k qᵀ has the right shape only without cached keys
+        variants.append(("q and k are swapped: the scores are k·qᵀ, one row per key; they must be q·kᵀ, one row "
+                         "per query", dict(k_first=True)))
+    return variants
+
+
+def attend_mistakes(q, k, v, past_len: int = 0) -> list[Mistake]:
+    """The common wrong versions of attend on the check's q, k and v."""
+    return [
+        Mistake(says, 3, lambda kwargs=kwargs: attend(q, k, v, past_len, **kwargs))
+        for says, kwargs in attend_variants(q.shape[-1], past_len)
+    ]
+
+
+def attention(x: np.ndarray, state: dict[str, np.ndarray], n_head: int, *, order: str = "qkv",
+              split: bool = True, merge: bool = True, **attend_kwargs) -> np.ndarray:
+    """GPT-2's attention in NumPy; ``order`` is how the three thirds of c_attn's output were named."""
+    qkv = x.astype(np.float64) @ state["c_attn.weight"].T + state["c_attn.bias"]
+    named = dict(zip(order, np.split(qkv, 3, axis=-1)))
+    q, k, v = (split_heads(named[name], n_head, transpose=split) for name in "qkv")
+    y = merge_heads(attend(q, k, v, **attend_kwargs), transpose=merge)
+    return y @ state["c_proj.weight"].T + state["c_proj.bias"]
+
+
+def attention_mistakes(x: np.ndarray, state: dict[str, np.ndarray], n_head: int) -> list[Mistake]:
+    """The common wrong attentions on the check's input and weights, each with its TODO."""
+    found = [
+        Mistake(f"c_attn's output was split as {', '.join(order)}; its three n_embd-wide parts are q, then k, "
+                f"then v", 5, lambda order=order: attention(x, state, n_head, order="".join(order)))
+        for order in itertools.permutations("qkv") if order != tuple("qkv")
+    ]
+    found += [
+        Mistake(SPLIT_WITHOUT_TRANSPOSE, 2, lambda: attention(x, state, n_head, split=False)),
+        Mistake(MERGE_WITHOUT_TRANSPOSE, 4, lambda: attention(x, state, n_head, merge=False)),
+    ]
+    found += [
+        Mistake(says, 3, lambda kwargs=kwargs: attention(x, state, n_head, **kwargs))
+        for says, kwargs in attend_variants(x.shape[-1] // n_head)
+        if "k_first" not in kwargs  # the same numbers as c_attn's output split as k, q, v
+    ]
+    return found
+
+
+# --- the checks ----------------------------------------------------------------------------------
 
 
 def _attention(step, sizes: dict, seed: int = 7):
@@ -56,15 +160,27 @@ def _method(module, name: str, *args, **kwargs) -> np.ndarray:
         fail(f"{what} gave a value MAX could not compute: {error}")
 
 
+def _check_heads(step, mine) -> None:
+    """split_heads against NumPy's reshape and transpose, then merge_heads against its inverse."""
+    heads = SMALL["n_head"]
+    x = hidden_states(2, 5, SMALL["n_embd"])
+    expected = split_heads(x, heads)
+    split_mistakes = [
+        Mistake(SPLIT_WITHOUT_TRANSPOSE, 2, lambda: split_heads(x, heads, transpose=False)),
+        Mistake("split_heads returns [B, T, H, D]: after the reshape, swap the token and head axes", 2,
+                lambda: x.reshape(*x.shape[:2], heads, -1)),
+    ]
+    assert_close(_method(mine, "split_heads", x), expected, "split_heads(x) vs x split into heads [B, H, T, D]",
+                 mistakes=split_mistakes, step=step)
+    merge_mistakes = [Mistake(MERGE_WITHOUT_TRANSPOSE, 4, lambda: merge_heads(expected, transpose=False))]
+    assert_close(_method(mine, "merge_heads", np.ascontiguousarray(expected)), x, "merge_heads(split_heads(x)) vs x",
+                 mistakes=merge_mistakes, step=step)
+
+
 def test_split_and_merge_heads(step):
     """split_heads gives [B, H, T, D] with each head's slice; merge_heads undoes it"""
     mine, _ = _attention(step, SMALL)
-    batch, seq, heads = 2, 5, SMALL["n_head"]
-    x = hidden_states(batch, seq, SMALL["n_embd"])
-    head_dim = SMALL["n_embd"] // heads
-    expected = x.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)
-    assert_close(_method(mine, "split_heads", x), expected, "split_heads(x) vs x split into heads [B, H, T, D]")
-    assert_close(_method(mine, "merge_heads", np.ascontiguousarray(expected)), x, "merge_heads(split_heads(x)) vs x")
+    _check_heads(step, mine)
 
 
 @pytest.mark.parametrize("seq_len,past_len", [(7, 0), (3, 4)])
@@ -83,6 +199,8 @@ def test_attend_matches_scaled_dot_product(step, seq_len, past_len):
         got,
         expected.transpose(1, 2).numpy(),
         f"attend(q, k, v, past_len={past_len}) [B, H, T, D] vs softmax(q kᵀ / √d + mask) v",
+        mistakes=attend_mistakes(q.numpy(), k.numpy(), v.numpy(), past_len),
+        step=step,
     )
 
 
@@ -91,12 +209,15 @@ def test_matches_gpt2_attention(step, name):
     """CausalSelfAttention matches Hugging Face GPT2Attention under the causal mask"""
     sizes = CONFIGS[name]
     mine, reference = _attention(step, sizes)
+    state = to_max_state(reference)
     for seq in LENGTHS:
         x = hidden_states(2, seq, sizes["n_embd"], seed=seq)
         assert_close(
             forward(mine, x),
             run_masked(reference, x),
             f"attention output for {seq} tokens vs Hugging Face GPT2Attention ({name})",
+            mistakes=attention_mistakes(x, state, sizes["n_head"]),
+            step=step,
         )
 
 
@@ -111,9 +232,13 @@ def test_is_causal(step):
     leaked = np.abs(after[:, :t] - before[:, :t]).max()
     if leaked > 1e-5:
         position = int(np.argmax(np.abs(after[:, :t] - before[:, :t]).max(axis=(0, 2))))
-        fail(
-            f"changing token {t} changed the output at position {position} by {leaked:.3g}: a token "
-            f"must not see later tokens (is the mask added before the softmax, and the softmax over the keys?)"
-        )
+        leak = f"changing token {t} changed the output at position {position} by {leaked:.3g}: a token sees later ones"
+        try:  # split_heads and merge_heads move values between tokens too: rule them out first
+            _check_heads(step, mine)
+        except pytest.fail.Exception as fault:
+            fail(f"{leak}, because {fault.msg}")
+        fail(f"{leak}. Is the mask added before the softmax, and the softmax over the keys? — "
+             f"{todo_in(type(mine).attend)}")
     if np.abs(after[:, t:] - before[:, t:]).max() < 1e-6:
-        fail(f"changing token {t} did not change any output from position {t} on: are the values used?")
+        fail(f"changing token {t} did not change any output from position {t} on: are the values used? — "
+             f"{todo_in(type(mine).attend)}")

@@ -20,7 +20,7 @@ import torch
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
 from course.runtime import from_numpy, to_numpy
-from harness import assert_close, attribute, build, call, fail, load_weights, solution
+from harness import Mistake, assert_close, attribute, build, call, fail, load_weights, solution
 from reference import CONFIGS, hf_causal_mask, hf_config, hidden_states, seeded, to_max_state
 
 pytestmark = pytest.mark.step08
@@ -53,6 +53,25 @@ def _residual(step, x: np.ndarray, norm, sublayer, what: str) -> np.ndarray:
         fail(f"{what} gave a value MAX could not compute: {error}")
 
 
+def mistakes(x: torch.Tensor, norm, sublayer) -> list[Mistake]:
+    """The common wrong residuals, from the reference block's own norm and sublayer (torch)."""
+
+    def run(fn):
+        with torch.no_grad():
+            return fn().numpy()
+
+    return [
+        Mistake("the normalized x is added back, norm(x) + sublayer(norm(x)); the residual adds the raw x: "
+                "x + sublayer(norm(x))", 1, lambda: run(lambda: norm(x) + sublayer(norm(x)))),
+        Mistake("the sublayer reads x itself; it reads the normalized x: x + sublayer(norm(x))", 1,
+                lambda: run(lambda: x + sublayer(x))),
+        Mistake("x is not added back: the sublayer's output replaces the stream; return x + sublayer(norm(x))", 1,
+                lambda: run(lambda: sublayer(norm(x)))),
+        Mistake("the norm comes after the addition, norm(x + sublayer(x)) (post-norm); GPT-2 normalizes the "
+                "sublayer's input: x + sublayer(norm(x))", 1, lambda: run(lambda: norm(x + sublayer(x)))),
+    ]
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_matches_gpt2_block_halves(step, name):
     """residual gives GPT2Block's x + attn(ln_1(x)), then h + mlp(ln_2(h))"""
@@ -64,7 +83,10 @@ def test_matches_gpt2_block_halves(step, name):
         xt = torch.from_numpy(x)
         h = xt + reference.attn(reference.ln_1(xt), attention_mask=mask)[0]
         out = h + reference.mlp(reference.ln_2(h))
+    attn = lambda v: reference.attn(v, attention_mask=mask)[0]  # noqa: E731
     got_h = _residual(step, x, parts["ln_1"], parts["attn"], "residual(x, ln_1, attn)")
-    assert_close(got_h, h.numpy(), f"residual(x, ln_1, attn) vs GPT2Block's x + attn(ln_1(x)) ({name})")
+    assert_close(got_h, h.numpy(), f"residual(x, ln_1, attn) vs GPT2Block's x + attn(ln_1(x)) ({name})",
+                 mistakes=mistakes(xt, reference.ln_1, attn), step=step)
     got = _residual(step, h.numpy(), parts["ln_2"], parts["mlp"], "residual(h, ln_2, mlp)")
-    assert_close(got, out.numpy(), f"residual(h, ln_2, mlp) vs GPT2Block's h + mlp(ln_2(h)) ({name})")
+    assert_close(got, out.numpy(), f"residual(h, ln_2, mlp) vs GPT2Block's h + mlp(ln_2(h)) ({name})",
+                 mistakes=mistakes(h, reference.ln_2, reference.mlp), step=step)

@@ -13,16 +13,20 @@ Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst case |Δ
 solutions/: 5e-6 to 7e-6 on the small config (it varies from run to run), 2e-5 at
 GPT-2 small's width, 4e-6 with n_inner (outputs of size ~10, where the tolerance is
 ~1e-3). ``ln_2`` built with the default epsilon instead of the config's 0.1 is off
-by 0.046 (50× the tolerance there); swapped or missing branches by ~1.
+by 0.039 (40× the tolerance there); swapped or missing branches by ~1. ``mistakes`` wires
+the reference's own sublayers in the common wrong ways, so that a ✗ can name the wiring.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-from harness import assert_close, attribute, build, forward, load_weights, solution
-from reference import CONFIGS, SMALL, hf_config, hidden_states, run_masked, seeded, to_max_state
+from harness import Mistake, assert_close, attribute, build, forward, load_weights, solution
+from reference import (
+    CONFIGS, DEFAULT_EPS, SMALL, hf_config, hidden_states, run, run_layer_norm, run_masked, seeded, to_max_state
+)
 
 pytestmark = pytest.mark.step09
 
@@ -30,6 +34,59 @@ VARIANTS = {
     **CONFIGS,
     "n_inner=48, eps=0.1": dict(SMALL, n_inner=48, layer_norm_epsilon=0.1),
 }
+
+
+def mistakes(reference: GPT2Block, x: np.ndarray) -> list[Mistake]:
+    """The common wrong blocks, wired from the reference's own sublayers on the check's input."""
+    eps = reference.ln_1.eps
+
+    def ln(which: str, default_eps: bool = False):
+        return lambda h: run_layer_norm(getattr(reference, which), h, DEFAULT_EPS if default_eps else None)
+
+    def attn(h):
+        return run_masked(reference.attn, h)
+
+    def mlp(h):
+        return run(reference.mlp, h)
+
+    def block(first, ln_first, second, ln_second):
+        """x + first(ln_first(x)), then the same with second: a pre-norm block in any wiring."""
+        def wired():
+            h = x + first(ln_first(x))
+            return h + second(ln_second(h))
+        return wired
+
+    def post_norm():
+        h = ln("ln_1")(x + attn(x))
+        return ln("ln_2")(h + mlp(h))
+
+    def attention_only():
+        return x + attn(ln("ln_1")(x))
+
+    def parallel():
+        return x + attn(ln("ln_1")(x)) + mlp(ln("ln_2")(x))
+
+    found = [
+        Mistake("ln_1 is used before both branches; the MLP branch reads ln_2(x)", 2,
+                block(attn, ln("ln_1"), mlp, ln("ln_1"))),
+        Mistake("the MLP branch runs before the attention branch; GPT-2 attends first, then runs the MLP", 2,
+                block(mlp, ln("ln_2"), attn, ln("ln_1"))),
+        Mistake("ln_1 and ln_2 are swapped: ln_1 goes before attention, ln_2 before the MLP", 2,
+                block(attn, ln("ln_2"), mlp, ln("ln_1"))),
+        Mistake("the layer norms come after the residual additions (post-norm, as in the original Transformer); "
+                "GPT-2 normalizes each branch's input: x + attn(ln_1(x))", 2, post_norm),
+        Mistake("both branches read the block's input x (a parallel block, as in GPT-J); in GPT-2 the MLP branch "
+                "reads the stream after attention has added to it", 2, parallel),
+        Mistake("the MLP branch is missing: after x + attn(ln_1(x)), add mlp(ln_2(x))", 2, attention_only),
+    ]
+    if eps != DEFAULT_EPS:
+        found += [
+            Mistake(f"{names} built without the config's epsilon: LayerNorm's default is {DEFAULT_EPS:g}, this "
+                    f"config's layer_norm_epsilon is {eps:g}", 1,
+                    block(attn, ln("ln_1", "ln_1" in names), mlp, ln("ln_2", "ln_2" in names)))
+            for names in ("ln_2 is", "ln_1 is", "ln_1 and ln_2 are")
+        ]
+    return found
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -40,4 +97,10 @@ def test_matches_gpt2_block(step, name):
     mine = build(attribute(step, "Block"), solution(1).GPT2Config.from_hf(hf))
     load_weights(mine, to_max_state(reference))
     x = hidden_states(2, 7, hf.n_embd, scale=2.0) + 0.5
-    assert_close(forward(mine, x), run_masked(reference, x), f"Block output vs Hugging Face GPT2Block ({name})")
+    assert_close(
+        forward(mine, x),
+        run_masked(reference, x),
+        f"Block output vs Hugging Face GPT2Block ({name})",
+        mistakes=mistakes(reference, x),
+        step=step,
+    )

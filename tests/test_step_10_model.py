@@ -21,7 +21,9 @@ four GPT-2 sizes (124M, 355M, 774M, 1558M), both built without computing a weigh
 Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst case |Δ| on
 solutions/: 2.1e-6 for 2 blocks, 1.5e-6 for 3 (``ln_f`` renormalizes, so depth barely
 shows at this size; before ``ln_f`` the stream is of size ~20). A missing ``ln_f`` is
-off by 17.8, a skipped first block by 4.8.
+off by 11, a skipped first block by 6.4. ``mistakes`` runs the reference's own parts
+in the common wrong ways, so that a ✗ can name the mistake; when none matches, the
+first divergence is reported.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ import torch
 import transformers
 
 from course.runtime import to_numpy
-from harness import assert_close, attribute, build, fail, forward, load_weights, solution
-from reference import SMALL, hf_config, seeded, to_max_state, token_ids
+from harness import (
+    Mistake, assert_close, attribute, build, fail, forward, load_weights, matching_mistake, solution, todo_in
+)
+from reference import DEFAULT_EPS, SMALL, hf_config, run_layer_norm, run_masked, seeded, to_max_state, token_ids
 
 pytestmark = pytest.mark.step10
 
@@ -50,6 +54,47 @@ SIZES = {
     "gpt2-large (774M)": dict(n_embd=1280, n_layer=36, n_head=20),
     "gpt2-xl (1558M)": dict(n_embd=1600, n_layer=48, n_head=25),
 }
+
+
+def mistakes(reference: transformers.GPT2Model, ids: np.ndarray) -> list[Mistake]:
+    """The common wrong bodies, run with the reference's own embeddings, blocks and ln_f on the check's ids."""
+    with torch.no_grad():
+        tokens = reference.wte(torch.from_numpy(ids)).numpy()
+        positions = reference.wpe.weight[: ids.shape[1]].numpy()
+    blocks = list(reference.h)
+
+    def ln_f(h, eps=None):
+        return run_layer_norm(reference.ln_f, h, eps)
+
+    def body(x=tokens + positions, order=blocks, each=lambda h: h, last=ln_f):
+        """``last(each(block(…each(block(x)))))`` over ``order``: the body, wired some way."""
+        def wired():
+            h = x
+            for block in order:
+                h = each(run_masked(block, h))
+            return last(h)
+        return wired
+
+    found = [
+        Mistake("ln_f is not applied: return self.ln_f(x) after the last block", 2, body(last=lambda h: h)),
+        Mistake("the position embeddings are missing: h[0] reads wte(ids) alone; super().forward(input_ids) "
+                "(step 06) gives wte + wpe", 2, body(x=tokens)),
+        Mistake("ln_f runs after every block; it runs once, after the last", 2, body(each=ln_f, last=lambda h: h)),
+    ]
+    if len(blocks) > 1:
+        found.append(Mistake(f"the blocks run in reverse order, h[{len(blocks) - 1}] first; GPT-2 runs h[0] first",
+                             2, body(order=blocks[::-1])))
+        found += [
+            Mistake(f"every block has h[{i}]'s weights: h holds one Block {len(blocks)} times ([Block(config)] * n "
+                    f"repeats one object), so the checkpoint's blocks all load into it and the last one wins; make a "
+                    f"new Block for each layer", 1, body(order=[blocks[i]] * len(blocks)))
+            for i in (len(blocks) - 1, 0)
+        ]
+    if reference.ln_f.eps != DEFAULT_EPS:
+        found.append(Mistake(f"ln_f is built without the config's epsilon: LayerNorm's default is {DEFAULT_EPS:g}, "
+                             f"this config's layer_norm_epsilon is {reference.ln_f.eps:g}", 1,
+                             body(last=lambda h: ln_f(h, DEFAULT_EPS))))
+    return found
 
 
 def _record_blocks(model) -> list[tuple[int, object, object]]:
@@ -114,11 +159,14 @@ def test_matches_gpt2_model(step, name):
     ids = token_ids(2, 7, hf.vocab_size)
     got = forward(mine, ids)
     embeddings, block_outputs, expected = _hf_block_outputs(reference, ids)
+    wrong = mistakes(reference, ids)
     try:
-        assert_close(got, expected, f"last hidden state vs Hugging Face GPT2Model ({name})")
+        assert_close(got, expected, f"last hidden state vs Hugging Face GPT2Model ({name})", mistakes=wrong, step=step)
     except pytest.fail.Exception as failure:
+        if matching_mistake(got, wrong) is not None:
+            raise
         where = _first_divergence(calls, embeddings, block_outputs, hf.n_layer)
-        fail(f"{failure.msg}. Where it starts: {where}")
+        fail(f"{failure.msg}. Where it starts: {where} — {todo_in(type(mine).forward)}")
 
 
 def test_parameter_count_matches_gpt2_sizes(step):

@@ -16,7 +16,9 @@ token (the argmax) agrees. Where Hugging Face's two top logits are closer than
 the tolerance, a different argmax is a tie, not a bug, and is reported as such.
 
 A separate, untied head (its own ``lm_head.weight``, 38.6M more parameters in GPT-2
-small) is named as such before any number is compared. (The parameter count of the
+small) is named as such before any number is compared. The head is then checked on
+its own (``head(hidden)`` against ``hidden @ wteᵀ``), so that a mistake in it is told
+apart from one in ``forward``. (The parameter count of the
 four GPT-2 sizes is checked in step 10: with the head tied, the body's count is the
 whole model's.)
 
@@ -34,9 +36,12 @@ import pytest
 import torch
 import transformers
 
+from course.check.hints import todo_label, todos_in
 from course.runtime import from_numpy
-from harness import assert_close, attribute, build, call, fail, forward, load_weights, rejects, solution, todo_in, top_two_tied
-from reference import GPT2_SMALL, SMALL, hf_config, hidden_states, seeded, to_max_state, token_ids
+from harness import (
+    Mistake, assert_close, attribute, build, fail, forward, load_weights, rejects, solution, todo_in, top_two_tied
+)
+from reference import GPT2_SMALL, SMALL, hf_config, hidden_states, log_softmax, seeded, softmax, to_max_state, token_ids
 
 pytestmark = pytest.mark.step11
 
@@ -58,13 +63,43 @@ def _hf_model(sizes: dict, seed: int = 11) -> transformers.GPT2LMHeadModel:
 
 def _build(step, hf) -> object:
     mine = build(attribute(step, "GPT2LMHeadModel"), solution(1).GPT2Config.from_hf(hf))
-    own = sorted(name for name, _ in mine.parameters if not name.startswith("transformer."))
-    if own:
+    names = [name for name, _ in mine.parameters]
+    own = sorted(name for name in names if not name.startswith("transformer."))
+    if own and "transformer.wte.weight" in names:
+        cls = type(mine)
+        todos = todos_in(cls.__init__) + todos_in(getattr(cls, "head", None))
         fail(
-            f"GPT2LMHeadModel has its own parameter {', '.join(own)}: GPT-2 has no separate "
-            f"output matrix; the head reuses transformer.wte.weight (weight tying) — {todo_in(type(mine))}"
+            f"GPT2LMHeadModel has its own parameter {', '.join(own)}: GPT-2 ties its head to the token embedding, "
+            f"one [vocab_size, n_embd] matrix (38.6M parameters in GPT-2 small) that reads tokens in and scores "
+            f"them out. The checkpoint holds it once, as wte.weight (Hugging Face's has no separate "
+            f"lm_head.weight), and step 14 loads only transformer.wte.weight and relies on the tie: score against "
+            f"self.transformer.wte.weight instead — {todo_label(todos, step.__file__)}"
         )
     return mine
+
+
+def head_mistakes(hidden: np.ndarray, wte: np.ndarray) -> list[Mistake]:
+    """The common wrong heads (TODO 2), in NumPy on the check's hidden vectors and wte."""
+    found = [
+        Mistake("the head returns probabilities (a softmax); it returns the logits, hidden @ wteᵀ, and "
+                "generation (step 13) applies the softmax", 2, lambda: softmax(hidden @ wte.T)),
+        Mistake("the head returns log-probabilities (a log-softmax); it returns the logits, hidden @ wteᵀ", 2,
+                lambda: log_softmax(hidden @ wte.T)),
+    ]
+    if wte.shape[0] == wte.shape[1]:  # square: the product without the transpose has the right shape
+        found.append(Mistake("the head multiplies by wte, not by its transpose: logits = hidden @ wteᵀ, one "
+                             "dot product with each token's row", 2, lambda: hidden @ wte))
+    return found
+
+
+def forward_mistakes(logits: np.ndarray) -> list[Mistake]:
+    """The common wrong forwards (TODO 3) around a head that is right: normalized logits."""
+    return [
+        Mistake("forward returns probabilities (a softmax of the logits); it returns the logits themselves, and "
+                "generation (step 13) applies the softmax", 3, lambda: softmax(logits)),
+        Mistake("forward returns log-probabilities (a log-softmax of the logits); it returns the logits "
+                "themselves", 3, lambda: log_softmax(logits)),
+    ]
 
 
 def _argmax_agreement(got: np.ndarray, expected: np.ndarray) -> tuple[int, int, int]:
@@ -80,10 +115,18 @@ def test_logits_match_gpt2_lm_head_model(step, name, record_property):
     sizes = VARIANTS[name]
     reference = _hf_model(sizes)
     mine = _build(step, reference.config)
-    load_weights(mine, to_max_state(reference))
+    state = to_max_state(reference)
+    load_weights(mine, state)
     if not callable(getattr(mine, "head", None)):  # step 15 and --quantize call the head on its own
         fail(f"GPT2LMHeadModel has no head method — keep the name the stub gives it ({todo_in(type(mine))})")
-    call(mine.head, from_numpy(hidden_states(2, 3, sizes["n_embd"])), what="GPT2LMHeadModel.head(hidden)")
+    hidden, wte = hidden_states(2, 3, sizes["n_embd"]), state["transformer.wte.weight"]
+    assert_close(
+        forward(mine.head, hidden, what="GPT2LMHeadModel.head(hidden)"),
+        hidden @ wte.T,
+        f"head(hidden) vs hidden @ wteᵀ ({name})",
+        mistakes=head_mistakes(hidden, wte),
+        step=step,
+    )
     ids = token_ids(2, 7, sizes["vocab_size"])
     got = forward(mine, ids)
     with torch.no_grad():
@@ -96,7 +139,8 @@ def test_logits_match_gpt2_lm_head_model(step, name, record_property):
         summary += f"; at {ties} of the others Hugging Face's top two logits are closer than the tolerance (a tie)"
     record_property("argmax_agreement", f"{agree}/{total}")
     try:
-        assert_close(got, expected, f"logits vs Hugging Face GPT2LMHeadModel ({name})")
+        assert_close(got, expected, f"logits vs Hugging Face GPT2LMHeadModel ({name})",
+                     mistakes=forward_mistakes(expected), step=step)
     except pytest.fail.Exception as failure:
         fail(f"{failure.msg}; {summary}")
     if agree + ties < total:

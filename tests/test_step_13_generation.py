@@ -5,10 +5,20 @@
   order ``generate`` applies them): the same tokens are cut (set to ``-inf``) and
   the rest agree within 1e-4 + 1e-4·|expected| (float64 in NumPy vs float32 in
   torch: measured worst case 1.9e-6, at T=0.7).
-* Exact ties at top-p's cut: Hugging Face keeps as many tokens, but which of the tied
+  The reference is the course's filter in NumPy (``course_filtered``), itself checked
+  against Hugging Face's on every row; its keywords make the common wrong filters
+  (``mistakes``), so that a ✗ names the mistake and its TODO.
+* Exact ties: top-k keeps every token tied with the k-th largest, as Hugging Face's
+  ``TopKLogitsWarper`` does (verified: ``scores < topk(scores, k)[0][..., -1]`` is
+  cut). At top-p's cut Hugging Face keeps as many tokens, but which of the tied
   ones is left to ``torch.sort``, which on CPU orders ties by no rule for rows of
   more than 16 logits. So the count is compared with Hugging Face's, and the tokens
-  kept must be the tied group's lower ids (the course's documented rule).
+  kept must be the tied group's lower ids (the course's documented rule). Top-p's
+  exact boundary (the tokens before one add up to exactly p: it goes) is checked on
+  64 tokens of probability 1/64, whose running totals are exact.
+* ``next_token`` returns a Python int, draws with the rng it is given, and at a
+  temperature of 1e-5 still picks the largest logit (a softmax that does not subtract
+  the largest logit overflows there).
 * Sampling is checked by statistics: 20,000 seeded draws from one row of logits
   are compared with the filtered, tempered softmax by a chi-square test. A correct
   sampler fails it with probability 1 in 1,000 (the test's false-alarm rate;
@@ -20,18 +30,27 @@
   each. Where Hugging Face's two best logits are closer than the tolerance, a
   different token is a tie, not a bug, and the check says so instead of failing.
 
-The loop itself (stopping, seeds, errors) runs on a stand-in model, a NumPy
-function of the ids, so those checks take milliseconds.
+The loop itself (stopping, appending, seeds, errors) runs on a stand-in model, a NumPy
+function of the ids, so those checks take milliseconds. A model that gives the same
+logits at every step shows a generator seeded anew at every step: it draws the same
+token every time.
 """
 
 from __future__ import annotations
+
+import inspect
+import traceback
 
 import numpy as np
 import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from harness import assert_close, attribute, build, call, fail, greedy_agreement, load_weights, rejects, solution, todo_in
+from course.check.hints import todo_above, todo_label
+from harness import (
+    Mistake, assert_close, attribute, build, call, fail, greedy_agreement, load_weights, matching_mistake, rejects,
+    solution, todo_in,
+)
 from reference import GEN, generation_model, hf_greedy, to_max_state
 
 pytestmark = pytest.mark.step13
@@ -78,25 +97,153 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return p / p.sum()
 
 
+# --- the filters in NumPy, right and wrong ---------------------------------------------------
+
+
+def _top_k(logits: np.ndarray, top_k: int, extra: int = 0, ties: bool = True) -> np.ndarray:
+    """Top-k keeping ``extra`` tokens more (or fewer); without ``ties``, exactly k of them."""
+    if not 0 < top_k < logits.size:
+        return logits
+    k = top_k + extra
+    if not ties:
+        out = np.full_like(logits, -np.inf)
+        best = np.argsort(-logits, kind="stable")[:k]
+        out[best] = logits[best]
+        return out
+    return np.where(logits < np.sort(logits)[-k], -np.inf, logits) if k > 0 else np.full_like(logits, -np.inf)
+
+
+def _top_p(logits: np.ndarray, top_p: float, stays=lambda before, p, top_p: before < top_p) -> np.ndarray:
+    """Top-p: a token stays when ``stays(mass before it, its probability, top_p)``; at exact ties,
+    the lower ids first (the course's rule)."""
+    if top_p >= 1:
+        return logits
+    order = np.argsort(-logits, kind="stable")
+    p = _softmax(logits[order])
+    out = logits.copy()
+    out[order[~stays(np.cumsum(p) - p, p, top_p)]] = -np.inf
+    return out
+
+
+def course_filtered(logits, temperature, top_k, top_p, *, scale=None, temper_last=False, k_extra=0, k_ties=True,
+                    p_stays=None) -> np.ndarray:
+    """The course's filter_logits in NumPy; the keywords make its common wrong versions."""
+    x = np.asarray(logits, dtype=np.float64)
+    scale = 1 / temperature if scale is None else scale
+    if not temper_last:
+        x = x * scale
+    x = _top_k(x, top_k, k_extra, k_ties)
+    x = _top_p(x, top_p, p_stays) if p_stays else _top_p(x, top_p)
+    return x * scale if temper_last else x
+
+
+def mistakes(row: np.ndarray, temperature: float, top_k: int, top_p: float) -> list[Mistake]:
+    """The common wrong filters, computed on the check's own row and settings. The first one
+    that matches is named, so a mistake that can look like another comes last."""
+    def wrong(**how):
+        return lambda: course_filtered(row, temperature, top_k, top_p, **how)
+
+    return [
+        Mistake("the logits are not divided by the temperature (dividing the probabilities after the softmax "
+                "is something else); divide the logits first, before the filters", 1, wrong(scale=1.0)),
+        Mistake(f"the logits are multiplied by the temperature ({temperature:g}); divide them by it", 1,
+                wrong(scale=temperature)),
+        Mistake("top-k keeps k + 1 tokens: the k-th largest is np.sort(logits)[-k]", 2, wrong(k_extra=1)),
+        Mistake("top-k keeps k - 1 tokens: the k-th largest is np.sort(logits)[-k], and it stays", 2,
+                wrong(k_extra=-1)),
+        Mistake("top-k keeps exactly k tokens and cuts some that are tied with the k-th largest; keep every "
+                "logit >= the k-th largest, as Hugging Face does", 2, wrong(k_ties=False)),
+        Mistake("top-p cuts the token that crosses top_p (np.cumsum(p) >= top_p); a token stays when the "
+                "tokens *before* it add up to less than top_p: leave the token itself out", 3,
+                wrong(p_stays=lambda before, p, top_p: before + p < top_p)),
+        Mistake("top-p keeps a token whose predecessors add up to exactly top_p; it stays only while they "
+                "add up to *less* than top_p", 3, wrong(p_stays=lambda before, p, top_p: before <= top_p)),
+        Mistake("the temperature is applied after the filters; temper first, so that top-p sees the tempered "
+                "probabilities, as in Hugging Face's generate", 1, wrong(temper_last=True)),
+    ]
+
+
+def _same(got: np.ndarray, out: np.ndarray) -> bool:
+    """The same tokens cut, the rest within the tolerance."""
+    return matching_mistake(got, [Mistake("", 0, lambda: out)]) is not None
+
+
+def _named(filter_logits, row: np.ndarray, settings: dict, got: np.ndarray) -> Mistake | None:
+    """The first common mistake that gives ``got``. With both filters on, it must also give what
+    the learner's filter_logits gives with each filter alone, so that one filter's mistake is
+    not blamed on the other, which it can happen to imitate on one row."""
+    cases = [(settings, got)]
+    if settings["top_k"] and settings["top_p"] < 1:
+        for alone in (dict(settings, top_p=1.0), dict(settings, top_k=0)):
+            cases.append((alone, np.asarray(call(filter_logits, row.copy(), **alone), dtype=np.float64)))
+    candidates = [mistakes(row, **case) for case, _ in cases]
+    for i, mistake in enumerate(candidates[0]):
+        if all(_same(output, wrong[i].gives()) for (_, output), wrong in zip(cases, candidates)):
+            return mistake
+    return None
+
+
+def _cut_todos(filter_logits, row: np.ndarray, temperature: float, top_k: int, top_p: float) -> list[int]:
+    """Which TODO cuts the wrong tokens: with both filters on, each is tried alone."""
+    if top_k == 0 and top_p == 1:
+        return [2, 3]  # something is cut with both filters off
+    alone = {2: dict(top_k=top_k, top_p=1.0), 3: dict(top_k=0, top_p=top_p)}
+    active = [todo for todo, on in ((2, top_k > 0), (3, top_p < 1)) if on]
+    if len(active) == 1:
+        return active
+    wrong = []
+    for todo in active:
+        got = np.asarray(call(filter_logits, row.copy(), temperature, **alone[todo]), dtype=np.float64)
+        if not np.array_equal(np.isfinite(got), np.isfinite(course_filtered(row, temperature, **alone[todo]))):
+            wrong.append(todo)
+    return wrong or [1, 2, 3]
+
+
+def check_filter(step, row: np.ndarray, name: str, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
+    """The learner's filter_logits on one row against the course's NumPy filter, which is
+    itself checked against Hugging Face's warpers. A wrong result fails, naming the mistake
+    and its TODO when it is a common one."""
+    settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    filter_logits = attribute(step, "filter_logits")
+    got = call(filter_logits, row.copy(), **settings, what=f"filter_logits(…, {name})")
+    got = np.asarray(got, dtype=np.float64)
+    expected, theirs = course_filtered(row, **settings), hf_filtered(row, **settings)
+    assert np.isfinite(expected).sum() == np.isfinite(theirs).sum(), f"the course's filter disagrees with HF ({name})"
+    if got.shape != expected.shape:
+        fail(f"filter_logits returned shape {list(got.shape)}, expected {list(expected.shape)} — {todo_in(filter_logits)}")
+    kept, should = np.isfinite(got), np.isfinite(expected)
+    what = f"filter_logits ({name})"
+    if kept.sum() != should.sum():
+        counts = f"{what} keeps {_tokens(int(kept.sum()))}, Hugging Face keeps {_tokens(int(should.sum()))}"
+        if mistake := _named(filter_logits, row, settings, got):
+            fail(f"{counts}: {mistake.says} — {todo_label(mistake.todo, step.__file__)}")
+        extra, missing = int((kept & ~should).sum()), int((should & ~kept).sum())
+        fail(f"{counts}: {extra} should be cut (-inf) and {missing} should stay — "
+             f"{todo_label(_cut_todos(filter_logits, row, **settings), step.__file__)}")
+    if (kept != should).any():  # as many, but others: right only at an exact tie, where the lower ids stay
+        todos = todo_label(_cut_todos(filter_logits, row, **settings), step.__file__)
+        tied = np.flatnonzero(row == row[should].min())  # the group the cut falls in, in id order
+        if tied.size == 1:
+            fail(f"{what} keeps as many tokens as Hugging Face, but others: it keeps token "
+                 f"{int(np.flatnonzero(kept & ~should)[0])}, which Hugging Face cuts — {todos}")
+        fail(
+            f"{what} keeps ids {tied[kept[tied]][:4].tolist()}… of the tied group {tied[:4].tolist()}…; at an "
+            f"exact tie the course keeps the lower ids ({int(kept[tied].sum())} of {tied.size}): sort with "
+            f"np.argsort(-logits, kind=\"stable\") — {todos}"
+        )
+    # The kept values: Hugging Face's (float32), where it keeps the same tokens (at an exact tie it may not).
+    reference = np.where(np.isfinite(theirs) & should, theirs, expected)
+    assert_close(got, reference, f"{what} vs Hugging Face's warpers", mistakes=mistakes(row, **settings), step=step)
+
+
+# --- filter_logits ---------------------------------------------------------------------------
+
+
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_filter_matches_hugging_face(step, name):
     """filter_logits cuts the same tokens as Hugging Face's warpers and tempers the rest"""
-    filter_logits = attribute(step, "filter_logits")
-    settings = SETTINGS[name]
     for row in _rows(4):
-        got = call(filter_logits, row.copy(), **settings, what=f"filter_logits(…, {name})")
-        expected = hf_filtered(row, **settings)
-        got = np.asarray(got, dtype=np.float64)
-        if got.shape != expected.shape:
-            fail(f"filter_logits returned shape {list(got.shape)}, expected {list(expected.shape)} — {todo_in(filter_logits)}")
-        kept, should = np.isfinite(got), np.isfinite(expected)
-        if (kept != should).any():
-            extra, missing = int((kept & ~should).sum()), int((should & ~kept).sum())
-            fail(
-                f"filter_logits ({name}) keeps {_tokens(int(kept.sum()))}, Hugging Face keeps {_tokens(int(should.sum()))}: "
-                f"{extra} should be cut (-inf) and {missing} should stay — {todo_in(filter_logits)}"
-            )
-        assert_close(got, expected, f"filter_logits ({name}) vs Hugging Face's warpers")
+        check_filter(step, row, name, **SETTINGS[name])
 
 
 def _tied_rows() -> list[tuple[np.ndarray, float]]:
@@ -118,21 +265,25 @@ def _tied_rows() -> list[tuple[np.ndarray, float]]:
 
 def test_top_p_ties_keep_the_lower_ids(step):
     """where top-p cuts a group of exactly tied logits, as many stay as with Hugging Face, the lower ids"""
-    filter_logits = attribute(step, "filter_logits")
     for row, top_p in _tied_rows():
-        what = f"filter_logits (top-p {top_p:.3f}, the cut inside a group of equal logits)"
-        got = np.isfinite(np.asarray(call(filter_logits, row.copy(), 1.0, 0, top_p, what=what), dtype=np.float64))
-        expected = np.isfinite(hf_filtered(row, 1.0, 0, top_p))
-        if got.shape != expected.shape or got.sum() != expected.sum():
-            fail(f"{what} keeps {_tokens(int(got.sum()))}, Hugging Face keeps {_tokens(int(expected.sum()))} — {todo_in(filter_logits)}")
-        tied = np.flatnonzero(row == row[expected].min())  # the group the cut falls in, in id order
-        stays = int(got[tied].sum())
-        if not got[tied[:stays]].all():
-            fail(
-                f"{what} keeps ids {tied[got[tied]][:4].tolist()}… of the tied group {tied[:4].tolist()}…; at an "
-                f"exact tie the course keeps the lower ids ({stays} of {tied.size}): sort with "
-                f"np.argsort(-logits, kind=\"stable\") — {todo_in(filter_logits)}"
-            )
+        check_filter(step, row, f"top-p {top_p:.3f}, the cut inside a group of equal logits", top_p=top_p)
+
+
+def test_top_k_keeps_every_tie(step):
+    """top-k keeps every token tied with the k-th largest, as Hugging Face's TopKLogitsWarper does"""
+    rng = np.random.default_rng(12)
+    for top_k in (1, 5, 100):
+        row = rng.integers(0, 4, VOCAB).astype(np.float32)  # four levels of ~80 tokens each
+        ties = int((row == np.sort(row)[-top_k]).sum()) - 1
+        check_filter(step, row, f"top-k {top_k}, the k-th largest tied with {ties} others", top_k=top_k)
+
+
+def test_top_p_at_its_exact_boundary(step):
+    """top-p keeps a token while the ones before it add up to less than p, not when they reach it exactly"""
+    row = np.full(VOCAB, -1000.0, dtype=np.float32)
+    row[:64] = 0.0  # 64 tokens of probability exactly 1/64: the running totals hit 0.25, 0.5 exactly
+    for top_p in (0.25, 0.5, 1 - 1 / 64):
+        check_filter(step, row, f"top-p {top_p:g} on 64 tokens of probability 1/64", top_p=top_p)
 
 
 def test_one_row_at_a_time(step):
@@ -160,18 +311,67 @@ def test_one_row_at_a_time(step):
         fail(f"{what} was accepted, but {name} takes one [vocab_size] row — keep the given check at the top of {name}")
 
 
+# --- next_token --------------------------------------------------------------------------------
+
+
+def _type_name(value) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def _pick(step, row: np.ndarray, rng, settings: dict, what: str | None = None, name: str | None = None) -> int:
+    """next_token on one row, refusing anything but a Python int. When it fails, a wrong
+    filter_logits (which it calls) is named first: ``name`` is the filter setting's."""
+    next_token = attribute(step, "next_token")
+    what = what or f"next_token(…, {settings})"
+    try:
+        got = next_token(row, rng, **settings)
+    except Exception:  # noqa: BLE001 - reported by call() below, once the filter is cleared
+        _filter_first(step, row, settings, name or what)
+        got = None
+    if got is None:
+        got = call(next_token, row, rng, **settings, what=what)  # the error, or "returned None — finish TODO 4"
+    if isinstance(got, bool) or not isinstance(got, int):
+        fail(f"{what} returned {_type_name(got)} {got}; its docstring promises a Python int (a NumPy integer is "
+             f"not one: json.dumps refuses it): return int(...) — {todo_in(next_token)}")
+    return got
+
+
+def _filter_first(step, row: np.ndarray, settings: dict, name: str) -> None:
+    """next_token calls filter_logits: when a draw goes wrong, a wrong filter is named first."""
+    if settings.get("top_k", 0) or settings.get("top_p", 1.0) < 1 or settings.get("temperature", 0) not in (0, 1):
+        check_filter(step, row, name, **settings)
+
+
 def test_greedy_choices(step):
-    """temperature 0 and top-k 1 both pick the largest logit"""
+    """temperature 0 and top-k 1 both pick the largest logit, as a Python int"""
     next_token = attribute(step, "next_token")
     rng = np.random.default_rng(0)
     for i, row in enumerate(_rows(40, seed=5)):
         best = int(np.argmax(row))
         for settings in (dict(temperature=0.0), dict(temperature=1.0, top_k=1)):
-            got = call(next_token, row, rng, **settings, what=f"next_token(…, {settings})")
-            if not isinstance(got, int | np.integer):
-                fail(f"next_token returned {type(got).__name__} {got!r}, expected an int token id — {todo_in(next_token)}")
+            got = _pick(step, row, rng, settings, name="top-k 1")
             if got != best:
+                _filter_first(step, row, settings, "top-k 1")
                 fail(f"next_token({settings}) picked token {got} on row {i}, but the largest logit is token {best} — {todo_in(next_token)}")
+
+
+def test_draws_with_the_rng_it_is_given(step):
+    """next_token draws with the rng it is given: two generators seeded alike give the same draws"""
+    next_token = attribute(step, "next_token")
+    row = _rows(1, seed=9)[0]
+    draws = []
+    for _ in range(2):
+        rng = np.random.default_rng(3)
+        state = rng.bit_generator.state
+        draws.append([_pick(step, row, rng, dict(temperature=1.0)) for _ in range(20)])
+        if rng.bit_generator.state == state:
+            fail(f"next_token(…, temperature=1.0) drew 20 tokens without using the rng it was given (its state "
+                 f"never moved): a generator made inside next_token, or np.random's own, ignores generate's seed; "
+                 f"draw with rng.choice — {todo_in(next_token)}")
+    if draws[0] != draws[1]:
+        fail(f"two generators seeded alike gave different draws ({draws[0][:6]}… and {draws[1][:6]}…): next_token "
+             f"draws from something besides the rng it is given — {todo_in(next_token)}")
 
 
 @pytest.mark.parametrize("name", ["top-k 5", "top-p 0.3", "T=1.3, top-k 10, top-p 0.6"])
@@ -183,8 +383,9 @@ def test_filtered_tokens_are_never_sampled(step, name):
     for row in _rows(5, seed=7):
         allowed = np.isfinite(hf_filtered(row, **settings))
         for _ in range(400):
-            token = call(next_token, row, rng, **settings)
+            token = _pick(step, row, rng, settings, name=name)
             if not allowed[token]:
+                _filter_first(step, row, settings, name)
                 fail(
                     f"next_token ({name}) drew token {token}, which the filter cuts: only {int(allowed.sum())} "
                     f"tokens may be drawn — {todo_in(next_token)}"
@@ -206,9 +407,10 @@ def test_sampled_frequencies_match_the_distribution(step, name, record_property)
     rng = np.random.default_rng(2024)
     counts = np.zeros(row.size)
     for _ in range(DRAWS):
-        counts[call(next_token, row, rng, **settings)] += 1
+        counts[_pick(step, row, rng, settings, name=name)] += 1
     kept = expected > 0
     if counts[~kept].any():
+        _filter_first(step, row, settings, name)
         fail(f"next_token ({name}) drew tokens that the filter cuts — {todo_in(next_token)}")
     expected_counts = expected[kept] * DRAWS
     chi2 = float(((counts[kept] - expected_counts) ** 2 / expected_counts).sum())
@@ -216,6 +418,7 @@ def test_sampled_frequencies_match_the_distribution(step, name, record_property)
     p_value = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(chi2 / 2)))
     record_property("chi2", f"{chi2:.1f} on {dof} degrees of freedom, p = {p_value:.3g}")
     if p_value < FALSE_ALARM:
+        _filter_first(step, row, settings, name)
         worst = int(np.argmax(np.abs(counts - expected * DRAWS)))
         fail(
             f"next_token ({name}): the frequencies of {DRAWS} draws do not follow the tempered, filtered softmax "
@@ -224,15 +427,41 @@ def test_sampled_frequencies_match_the_distribution(step, name, record_property)
         )
 
 
+def _overflow(next_token, row: np.ndarray, temperature: float) -> str | None:
+    """Where NumPy overflows inside next_token at this temperature (``TODO n in …, line m``), if it does."""
+    with np.errstate(over="raise"):
+        try:
+            next_token(row, np.random.default_rng(0), temperature=temperature)
+        except FloatingPointError as error:
+            path = inspect.getsourcefile(next_token)
+            lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == path]
+            if lines:
+                return f"{todo_label(todo_above(path, lines[-1]), path)}, line {lines[-1]}"
+            return todo_in(next_token)
+        except Exception:  # noqa: BLE001 - not an overflow: the caller reports it
+            return None
+    return None
+
+
 def test_tiny_temperatures(step):
-    """a tiny temperature (1e-250) samples the largest logit; one too small to divide by (5e-324) is refused"""
+    """tiny temperatures (1e-5, 1e-250) sample the largest logit; one too small to divide by (5e-324) is refused"""
     next_token = attribute(step, "next_token")
     rng = np.random.default_rng(0)
-    for i, row in enumerate(_rows(10, seed=5)):
-        got = call(next_token, row, rng, temperature=1e-250, what="next_token(…, temperature=1e-250)")
-        if got != int(np.argmax(row)):
-            fail(f"next_token(…, temperature=1e-250) picked token {got} on row {i}, but at a temperature this close to 0 "
-                 f"sampling is greedy: the largest logit is token {int(np.argmax(row))} — {todo_in(next_token)}")
+    for temperature in (1e-5, 1e-250):
+        what = f"next_token(…, temperature={temperature:g})"
+        for i, row in enumerate(_rows(10, seed=5)):
+            try:
+                got = next_token(row, rng, temperature=temperature)
+            except Exception:  # noqa: BLE001 - an overflow is named below; anything else by call()
+                got = None
+            if got != int(np.argmax(row)) and (where := _overflow(next_token, row, temperature)):
+                fail(f"{what} overflows: the tempered logits reach {np.abs(row).max() / temperature:.1e}, and "
+                     f"np.exp of anything above 709 is inf (inf / inf is NaN); subtract the largest logit before "
+                     f"np.exp, so that the largest becomes exp(0) = 1 — {where}")
+            got = _pick(step, row, rng, dict(temperature=temperature), what=what)
+            if got != int(np.argmax(row)):
+                fail(f"{what} picked token {got} on row {i}, but at a temperature this close to 0 sampling is "
+                     f"greedy: the largest logit is token {int(np.argmax(row))} — {todo_in(next_token)}")
     what = "next_token(…, temperature=5e-324)"  # logits / 5e-324 overflows to inf, and inf - inf is NaN
     try:
         next_token(_rows(1)[0], rng, temperature=5e-324)
@@ -283,6 +512,9 @@ def test_stops_at_max_new_tokens_and_at_end_of_text(step):
     for _ in range(8):
         greedy.append(int(np.argmax(stand_in([3, 1, 4, *greedy]))))
     if got != greedy:
+        if got == greedy[:1] * 9:
+            fail(f"greedy generate gave {got}: the same token every time, because each step scores the prompt "
+                 f"[3, 1, 4] alone; append each new token to ids before the next step — {todo_in(step.generate)}")
         fail(f"greedy generate gave {got}, but the argmax at each step gives {greedy} — {todo_in(step.generate)}")
 
     def ends_at_step_4(ids):
@@ -299,16 +531,30 @@ def test_stops_at_max_new_tokens_and_at_end_of_text(step):
         )
 
 
+def flat(ids: list[int]) -> np.ndarray:
+    """A 'model' that gives the same logits at every step: every draw should be a fresh one."""
+    logits = np.zeros(VOCAB, dtype=np.float32)
+    logits[EOS] = -10.0
+    return logits
+
+
 def test_same_seed_same_tokens(step):
-    """the same seed gives the same tokens; another seed, others"""
+    """the same seed gives the same tokens; another seed, others; every step draws afresh"""
     kwargs = dict(temperature=1.0, top_k=0, top_p=1.0, eos_id=EOS)
     first = _generate(step, stand_in, [5, 9], 16, seed=7, **kwargs)
     again = _generate(step, stand_in, [5, 9], 16, seed=7, **kwargs)
     other = _generate(step, stand_in, [5, 9], 16, seed=8, **kwargs)
+    if first != again or first == other:
+        test_draws_with_the_rng_it_is_given(step)  # next_token's own fault is named first (TODO 4)
     if first != again:
         fail(f"seed 7 gave {first} and then {again}: use one np.random.default_rng(seed) for the whole run — {todo_in(step.generate)}")
     if first == other:
         fail(f"seeds 7 and 8 gave the same 16 sampled tokens {first}: is the seed used? — {todo_in(step.generate)}")
+    same = _generate(step, flat, [5, 9], 16, seed=7, **kwargs)
+    if len(set(same)) == 1:
+        fail(f"with the same logits at every step (uniform over {VOCAB - 1} tokens), generate(seed=7) drew token "
+             f"{same[0]} all 16 times: the generator starts over at each step (np.random.default_rng(seed) inside "
+             f"the loop), so each step repeats the first draw; make it once, before the loop — {todo_in(step.generate)}")
 
 
 BAD_INPUT = {

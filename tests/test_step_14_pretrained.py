@@ -22,6 +22,7 @@ more than 1.
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
@@ -32,7 +33,7 @@ import transformers
 
 from checkpoint_folders import TEXT, TOKENIZER_FILES, checkpoints, fake_hub, offline_hub, reference, tokenizer_dir  # noqa: F401 - fixtures
 from course.check.hints import explain_exception, todo_label, todos_in
-from harness import assert_close, attribute, call, fail, forward, solution, todo_in
+from harness import Mistake, assert_close, attribute, call, fail, forward, solution, todo_in
 from reference import SMALL, to_max_state
 
 pytestmark = pytest.mark.step14
@@ -162,8 +163,10 @@ def test_conv1d_weights_are_transposed(step):
         if got.shape == expected.shape and np.array_equal(got, expected):
             continue
         if name in conv1d and got.shape == value.shape and np.array_equal(got, value):
+            square = " (it is square, so it would load without complaint and only the logits would be wrong)"
             fail(f"to_max_layout({name!r}, a {list(shape)} weight) returned it as stored; it is a Conv1D weight, "
-                 f"stored [in, out], and MAX's Linear keeps [out, in]: return its transpose — {todo_in(fn)}")
+                 f"stored [in, out], and MAX's Linear keeps [out, in]: return its transpose"
+                 f"{square if shape[0] == shape[1] else ''} — {todo_in(fn)}")
         if name not in conv1d and np.array_equal(got, value.T):
             fail(f"to_max_layout({name!r}, a {list(shape)} weight) transposed it; only c_attn, c_proj and c_fc "
                  f"weights are stored [in, out], and this is {kept[name][1]} — {todo_in(fn)}")
@@ -172,6 +175,30 @@ def test_conv1d_weights_are_transposed(step):
 
 
 # --- loading, and the model's logits ----------------------------------------------------------
+
+
+def logits_mistakes(step, reference: transformers.GPT2LMHeadModel, ids: np.ndarray) -> list[Mistake]:
+    """The common wrong loads: a square Conv1D weight (attn.c_proj, n_embd × n_embd) left as stored."""
+    def square_conv1d(block):
+        layers = {"attn.c_proj": block.attn.c_proj, "mlp.c_fc": block.mlp.c_fc, "mlp.c_proj": block.mlp.c_proj}
+        return {name: layer for name, layer in layers.items() if layer.weight.shape[0] == layer.weight.shape[1]}
+
+    def untransposed(name: str):
+        def logits():
+            model = copy.deepcopy(reference)
+            with torch.no_grad():
+                for block in model.transformer.h:
+                    layer = square_conv1d(block)[name]
+                    layer.weight.copy_(layer.weight.T.clone())
+                return model(torch.from_numpy(ids)).logits.numpy()
+        return logits
+
+    return [
+        Mistake(f"{name}'s weight is loaded as stored, [in, out]: it is square, so it loads without complaint, "
+                f"but MAX's Linear reads it as [out, in]; transpose it like the other Conv1D weights",
+                todos_in(step.to_max_layout), untransposed(name))
+        for name in square_conv1d(reference.transformer.h[0])
+    ]
 
 
 def _argmax_agreement(got: np.ndarray, expected: np.ndarray) -> tuple[int, int]:
@@ -200,7 +227,8 @@ def test_logits_match_hugging_face(step, checkpoints, reference, layout, record_
         expected = reference(torch.from_numpy(ids)).logits.numpy()
     agree, total = _argmax_agreement(got, expected)
     record_property("argmax_agreement", f"{agree}/{total}")
-    assert_close(got, expected, f"logits of the {layout} checkpoint vs Hugging Face GPT2LMHeadModel")
+    assert_close(got, expected, f"logits of the {layout} checkpoint vs Hugging Face GPT2LMHeadModel",
+                 mistakes=logits_mistakes(step, reference, ids), step=step)
     if agree < total:
         fail(f"logits are within the tolerance, but the argmax agrees at only {agree} of {total} positions")
 

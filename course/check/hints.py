@@ -164,6 +164,17 @@ def _none_values(frame) -> list[str]:
     return names
 
 
+def check_title(item) -> str:
+    """A check's name as the learner sees it: its docstring's first line, and its parameters.
+
+    ``MLP matches Hugging Face GPT2MLP on the same weights [small]``
+    """
+    doc = getattr(getattr(item, "function", None), "__doc__", None)
+    title = (doc or item.name).strip().splitlines()[0]
+    callspec = getattr(item, "callspec", None)
+    return f"{title} [{callspec.id}]" if callspec else title
+
+
 # --- the course's own failures --------------------------------------------------------
 
 #: Where a learner reports a fault in the course itself.

@@ -6,13 +6,17 @@
 
 It runs the step's pytest checks (``pytest -m step04 --target steps``) with a
 plugin that prints one ✓/✗ line per check, the reason for each ✗ in plain
-words, and a verdict. The exit code is pytest's: 0 when every check passes.
+words, and a verdict that counts skipped checks too. The exit code is pytest's: 0
+when every check passes. While a slow check runs, a status line shows its name and
+time (off a terminal, a plain line every 30 s), and says when MAX is compiling.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -20,9 +24,12 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
+from rich.spinner import Spinner
 
-from course.check.hints import REPORT_TO, shown, versions
+from course import runtime
+from course.check.hints import REPORT_TO, check_title, shown, versions
 from course.outline import OUTLINE, ROOT, SOLUTIONS, STEPS, available, marker
 
 console = Console(highlight=False, soft_wrap=True)
@@ -30,58 +37,80 @@ console = Console(highlight=False, soft_wrap=True)
 #: How many lines of a learner's own print() output to show under a failed check.
 SHOWN_OUTPUT_LINES = 12
 
-
-#: Seconds a check may stay quiet before the runner says why.
+#: Seconds a check runs before a terminal's live status line appears.
 QUIET_SECONDS = 4.0
-MAX_CACHE = Path.home() / ".cache" / "modular"
+#: Seconds between the plain "still running" lines when the output is not a terminal.
+PROGRESS_SECONDS = 30.0
+COMPILING = "MAX is compiling a kernel this machine has not used before. It happens once: later runs reuse it."
 
 
-def _newest_in_cache() -> float:
-    """The newest modification time of a file in MAX's kernel cache (0 when it is empty).
+def max_cache() -> Path:
+    """The folder MAX caches compiled kernels in, as MAX resolves it.
 
-    Files only: every eager op touches the cache's folders (temporary files come and
-    go), while a new file appears only when MAX compiles something.
+    ``~/.cache/modular`` unless MODULAR_CACHE_DIR, MODULAR_HOME, XDG_CACHE_HOME or
+    ``modular.cfg`` says otherwise. MAX reports its model cache, ``<folder>/.max_cache``;
+    the kernels go to ``.mogg_cache`` and ``.mojo_cache`` beside it.
     """
-    newest, folders = 0.0, [MAX_CACHE]
-    while folders:
-        try:
-            entries = list(os.scandir(folders.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path)
-                elif entry.is_file(follow_symlinks=False):
-                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
-            except OSError:
-                pass
-    return newest
+    runtime.setup()  # MAX's log level is set before MAX loads
+    try:
+        from max._core.engine import max_cache_dir
+
+        found = max_cache_dir()
+    except Exception:  # noqa: BLE001 - another MAX release: fall back to the default place
+        found = None
+    return found.parent if found else Path.home() / ".cache" / "modular"
 
 
-class CompileNotice:
-    """Says so when a check has been quiet for a while because MAX is compiling.
+def _cache_bytes(folder: Path) -> int:
+    """The size of MAX's cache: every file in it but the locks.
 
-    MAX compiles each kernel the first time a machine uses it (20-60 s on a laptop)
-    and writes it to its cache. A background thread watches that cache while a check
-    runs; once the check has been quiet for QUIET_SECONDS and the cache has grown
-    since it started, it shows a status line (a plain line when not on a terminal).
+    A warm run only takes and drops locks (``mef.lock-1a2b3c4d``, 8 bytes each), so the
+    cache grows only when MAX compiles something.
+    """
+    total = 0
+    for path, _, names in os.walk(folder):
+        for name in names:
+            if ".lock" not in name:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(path, name)).st_size
+    return total
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``1 min``, ``1 min 30 s``."""
+    minutes, seconds = divmod(int(seconds), 60)
+    if not minutes:
+        return f"{seconds} s"
+    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+
+
+class Progress:
+    """Shows that a long check is still running, and whether MAX is compiling for it.
+
+    A background thread watches each check. On a terminal, once the check has run for
+    ``quiet`` seconds, a live status line shows its name and time. Elsewhere (CI, an
+    editor's run pane, ``| tee``), where a status line cannot update, it prints a plain
+    line every ``every`` seconds instead. A check that ends sooner shows nothing.
+
+    "MAX is compiling" is decided from MAX's cache growing during the check, never
+    from silence alone: on a busy machine a warm check can be quiet for a while too.
     """
 
-    def __init__(self, quiet: float = QUIET_SECONDS):
-        self.quiet = quiet
+    def __init__(self, cache: Path, every: float = PROGRESS_SECONDS, quiet: float = QUIET_SECONDS):
+        self.cache, self.every, self.quiet = cache, every, quiet
         self.out = _uncaptured_console()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, title: str) -> None:
         self.stop()
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, args=(self._stopped, time.perf_counter()), daemon=True)
+        watch = (self._stopped, title, time.perf_counter(), _cache_bytes(self.cache))
+        self._thread = threading.Thread(target=self._watch, args=watch, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Ends the watch; returns once its thread is gone, so no notice follows a result line.
+        """Ends the watch; returns once its thread is gone, so no line follows a result line.
 
         Joined, never left running: a thread alive while MAX shuts down can abort the
         process ("terminate called without an active exception")."""
@@ -90,29 +119,30 @@ class CompileNotice:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def _watch(self, stopped: threading.Event, started: float) -> None:
-        before = _newest_in_cache()
-        status = None
-        while not stopped.wait(1.0):
-            quiet = time.perf_counter() - started
-            if quiet < self.quiet or _newest_in_cache() <= before:
+    def _watch(self, stopped: threading.Event, title: str, started: float, before: int) -> None:
+        compiling, spinner, next_line = False, Spinner("dots"), self.every
+        # Not rich's console.status(): it swaps sys.stdout while it shows, and would put
+        # back pytest's capture of this check after pytest has taken it away.
+        live = Live(spinner, console=self.out, transient=True, redirect_stdout=False, redirect_stderr=False)
+        while not stopped.wait(min(1.0, self.every / 4)):
+            elapsed = time.perf_counter() - started
+            if elapsed < self.quiet:
                 continue
-            text = (
-                f"MAX is compiling a kernel this machine has not used before ({quiet:.0f} s). "
-                "It happens once: later runs reuse it."
-            )
+            if not compiling and _cache_bytes(self.cache) > before:
+                compiling = True
+                if not self.out.is_terminal:
+                    self.out.print(f"  [dim]… {COMPILING}[/]")
             if stopped.is_set():  # the check ended while the cache was read
                 break
-            if not self.out.is_terminal:
-                self.out.print(f"  [dim]… {text}[/]")
-                return
-            if status is None:
-                status = self.out.status(f"[dim]{text}[/]")
-                status.start()
-            else:
-                status.update(f"[dim]{text}[/]")
-        if status is not None:
-            status.stop()
+            if self.out.is_terminal:
+                # One line, cut at the terminal's width: the news first, the check's name last.
+                news = "MAX is compiling a new kernel (once) · " if compiling else ""
+                spinner.update(text=f"[dim]{_duration(elapsed)} · {news}{escape(title)}[/]")
+                live.start()  # once; later calls do nothing
+            elif elapsed >= next_line:
+                self.out.print(f"  [dim]… still running: {escape(title)} ({_duration(elapsed)})[/]")
+                next_line += self.every
+        live.stop()
 
 
 def _uncaptured_console() -> Console:
@@ -124,28 +154,39 @@ def _uncaptured_console() -> Console:
     return Console(file=out, highlight=False, soft_wrap=True)
 
 
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _short(reason: str) -> str:
+    """A skip reason's first clause: ``GPT-2's weights are not in the Hugging Face cache``."""
+    return re.split(r"; |: | — ", reason, maxsplit=1)[0]
+
+
 class Report:
     """A pytest plugin that prints for learners instead of pytest's own terminal output."""
 
-    def __init__(self, label: str, again: str):
-        self.label, self.again = label, again
-        self.passed = self.failed = self.broken = 0
+    def __init__(self, label: str, again: str, progress: Progress):
+        self.label, self.again, self.progress = label, again, progress
+        self.passed = self.failed = self.broken = self.skipped = 0
+        self.skip_reasons: list[str] = []
         self.problems: list[str] = []
+        self.title = ""  # the running check's
         self.started = time.perf_counter()
-        self.notice = CompileNotice()
 
-    def pytest_runtest_logstart(self, nodeid, location):
-        self.notice.start()
-
-    def pytest_runtest_logfinish(self, nodeid, location):
-        self.notice.stop()
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self.title = check_title(item)
+        self.progress.start(self.title)
+        yield
+        self.progress.stop()
 
     def pytest_collectreport(self, report):
         if report.failed:
-            last = report.longreprtext.strip().splitlines()[-1]
             self.problems.append(
-                f"the course's checks in {report.nodeid} could not load ({versions()}): {last} "
-                f"— not your code; {REPORT_TO}"
+                f"the course's checks in {report.nodeid} could not load ({versions()}): "
+                f"{_last_line(report.longreprtext)} — not your code; {REPORT_TO}"
             )
 
     def pytest_collection_finish(self, session):
@@ -154,7 +195,8 @@ class Report:
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call" or report.failed or report.skipped:
-            self.notice.stop()  # before printing this check's line
+            self.progress.stop()  # before printing this check's line
+        title = escape(getattr(report, "course_title", self.title))
         if report.when == "call" and report.passed:
             self.passed += 1
             properties = dict(report.user_properties)
@@ -162,16 +204,16 @@ class Report:
             extra = f", max |Δ| {delta:.1e}" if delta is not None else ""
             if "argmax_agreement" in properties:
                 extra += f", argmax agrees {properties['argmax_agreement']}"
-            console.print(f"[green]✓[/] {escape(report.course_title)} [dim]({report.duration:.1f} s{extra})[/]")
+            console.print(f"[green]✓[/] {title} [dim]({report.duration:.1f} s{extra})[/]")
         elif report.failed and getattr(report, "course_fault", False):
             # The course broke, not the learner's code: a separate mark and colour.
             self.broken += 1
-            console.print(f"[yellow]![/] {escape(report.course_title)}")
+            console.print(f"[yellow]![/] {title}")
             console.print(f"  [yellow]{escape(report.course_reason)}[/]")
         elif report.failed:
             self.failed += 1
-            reason = getattr(report, "course_reason", None) or report.longreprtext.strip().splitlines()[-1]
-            console.print(f"[red]✗[/] {escape(report.course_title)}")
+            reason = getattr(report, "course_reason", None) or _last_line(report.longreprtext)
+            console.print(f"[red]✗[/] {title}")
             console.print(f"  [red]{escape(reason)}[/]")
             printed = report.capstdout.strip().splitlines()
             if printed:
@@ -179,43 +221,61 @@ class Report:
                 for line in printed[-SHOWN_OUTPUT_LINES:]:
                     console.print(f"  [dim]│[/] {escape(line)}")
         elif report.skipped and report.when != "teardown":
+            # Each reason once, under the first check it skips; the verdict counts them.
+            self.skipped += 1
             reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             reason = reason.removeprefix("Skipped: ")
-            console.print(f"[yellow]-[/] {escape(report.course_title)} [yellow](skipped: {escape(reason)})[/]")
+            console.print(f"[yellow]-[/] {title} [yellow](skipped)[/]")
+            if reason not in self.skip_reasons:
+                self.skip_reasons.append(reason)
+                console.print(f"  [yellow]{escape(reason)}[/]")
 
     def pytest_internalerror(self, excrepr):
-        self.problems.append(f"internal error in the checks: {str(excrepr).strip().splitlines()[-1]}")
+        self.problems.append(f"internal error in the checks: {_last_line(str(excrepr))}")
         return True
 
+    def _skips(self) -> str:
+        """``, 7 skipped: <why>`` for the verdict (empty when nothing was skipped)."""
+        if not self.skipped:
+            return ""
+        why = list(dict.fromkeys(_short(reason) for reason in self.skip_reasons))
+        return f", {self.skipped} skipped: " + ("; ".join(why) if len(why) <= 2 else f"{len(why)} reasons, given above")
+
     def pytest_sessionfinish(self, session, exitstatus):
-        self.notice.stop()
+        self.progress.stop()
         for problem in self.problems:
             console.print(f"[red]✗ {escape(problem)}[/]")
         seconds = f"[dim]({time.perf_counter() - self.started:.1f} s)[/]"
-        total = self.passed + self.failed + self.broken
+        ran = self.passed + self.failed + self.broken
+        checks, skips = ran + self.skipped, escape(self._skips())
         if self.broken:
             console.print(
-                f"[bold yellow]{self.label}: {self.broken} of {total} checks could not run because the "
+                f"[bold yellow]{self.label}: {self.broken} of {checks} checks could not run because the "
                 f"course itself failed (marked !) — not your code; {REPORT_TO}.[/]"
             )
-            total -= self.broken
         if exitstatus == pytest.ExitCode.INTERRUPTED:
-            console.print(f"[bold yellow]{self.label}: interrupted after {total} checks.[/] {seconds}")
-        elif exitstatus == pytest.ExitCode.OK and total:
-            console.print(f"[bold green]{self.label}: all {total} checks pass[/] {seconds}")
+            console.print(f"[bold yellow]{self.label}: interrupted after {ran - self.broken} checks{skips}.[/] {seconds}")
+        elif exitstatus == pytest.ExitCode.OK and ran:
+            console.print(f"[bold green]{self.label}: all {ran} checks pass{skips}[/] {seconds}")
         elif self.failed:
             console.print(
-                f"[bold red]{self.label}: {self.failed} of {total} checks fail.[/] "
+                f"[bold red]{self.label}: {self.failed} of {checks - self.broken} checks fail{skips}.[/] "
                 f"Fix the first ✗ above, then run {self.again} again. {seconds}"
             )
         elif self.broken:
-            console.print(f"[bold]{self.label}: the other {self.passed} checks pass.[/] {seconds}")
+            console.print(f"[bold]{self.label}: the other {self.passed} checks pass{skips}.[/] {seconds}")
         else:
-            console.print(f"[bold red]{self.label}: no check ran.[/] {seconds}")
+            console.print(f"[bold red]{self.label}: no check ran{skips}.[/] {seconds}")
 
 
-def _cache_is_cold() -> bool:
-    return not (MAX_CACHE / ".mogg_cache").exists()
+#: pytest's own output off, the Report prints instead; and no unraisable-exception plugin,
+#: whose full garbage collection at exit costs ~0.7 s of a ~8 s check.
+PYTEST_ARGS = ["-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "-W", "ignore"]
+
+
+def check(files: list[str], label: str, again: str, args: list[str], progress: Progress) -> int:
+    """Runs pytest on ``files`` with the learner's report instead of pytest's output."""
+    return int(pytest.main([*files, *PYTEST_ARGS, *args], plugins=[Report(label, again, progress)]))
 
 
 def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> int:
@@ -228,30 +288,13 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
         again = "`pixi run check-all` (or `python -m course.check all`)"
     checked = shown(steps_dir) if target == "steps" else shown(SOLUTIONS)
     console.print(f"[bold]{label} · {title}[/] [dim](checking {checked}/)[/]")
-    if _cache_is_cold():
+    cache = max_cache()
+    if not (cache / ".mogg_cache").exists():
         console.print("[yellow]First run on this machine: MAX compiles the kernels it needs (up to a few minutes per step, once; later runs take seconds).[/]")
     # Only these steps' test files: a problem in another step's checks cannot stop this one.
     files = [str(path) for n in numbers for path in sorted((ROOT / "tests").glob(f"test_step_{n:02d}_*.py"))]
-    args = [
-        *files,
-        "-m",
-        " or ".join(marker(n) for n in numbers),
-        "--target",
-        target,
-        "--steps-dir",
-        str(steps_dir),
-        "-p",
-        "no:terminal",
-        "-p",
-        "no:cacheprovider",
-        # Its full garbage collection at exit costs ~0.7 s of a ~8 s check.
-        "-p",
-        "no:unraisableexception",
-        "-W",
-        "ignore",
-        *extra,
-    ]
-    return int(pytest.main(args, plugins=[Report(label, again)]))
+    selection = ["-m", " or ".join(marker(n) for n in numbers), "--target", target, "--steps-dir", str(steps_dir)]
+    return check(files, label, again, [*selection, *extra], Progress(cache))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@
     pixi run bench --new-tokens 512 --rounds 5 --json
     pixi run bench --plot book/src/bench.svg
     pixi run bench --quantize q4_0 q4_k q6_k   # add the quantized paths and their accuracy
+    pixi run bench --model course --quantize q4_0 q4_k q6_k   # perplexity on the book's held-out text
     pixi run bench --model gpt2 --quantize q6_k # real weights (downloaded once), not random ones
 
 Fair by construction:
@@ -28,9 +29,14 @@ times come from a logits processor called once per token. Ours run
 
 ``--quantize`` adds step 15's cached model with its weights in GGUF block formats
 (``course.programs.quantize``), one path per format. Its accuracy cost is measured once,
-in the first round: float32's greedy tokens are fed to both models, and the
-quantized logits before each new token are compared with float32's (top-1
-agreement, largest |Δ logit|).
+in the first round, on held-out text (the checkpoint's ``heldout.txt``, else the
+course model's: the tenth of each chapter it never trained on): every next token
+of ``--eval-tokens`` tokens is scored by float32 and by the format, giving each
+one's **perplexity** on the text (the figure llama.cpp and the quantization
+literature report), the top-1 agreement with float32 and the largest |Δ logit|.
+Hugging Face scores the same tokens, so float32's perplexity has a reference.
+Perplexity means something only for weights that predict: use ``--model course``
+(the course's small GPT-2) or ``--model gpt2``.
 """
 
 from __future__ import annotations
@@ -61,17 +67,21 @@ def _prompt(n: int, vocab: int) -> list[int]:
     return np.random.default_rng(12).integers(0, vocab, size=n).tolist()
 
 
-def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: str, accuracy: bool) -> dict:
-    """One path in this process: warm up, then time one greedy generation."""
+def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: str, eval_tokens: int) -> dict:
+    """One path in this process: warm up, then time one greedy generation; with ``eval_tokens``,
+    score that many held-out tokens too."""
     if path == "hf":
+        import torch
         import transformers
 
-        reference = transformers.GPT2LMHeadModel.from_pretrained(model)
+        reference = transformers.GPT2LMHeadModel.from_pretrained(model, dtype=torch.float32)
         prompt = _prompt(prompt_tokens, reference.config.vocab_size)
         times, tokens = _time_hf(reference, prompt, new_tokens, device)
         result = {"compile_s": 0.0}
+        if eval_tokens:
+            result["perplexity"] = _hf_perplexity(reference, _windows(model, reference.config.n_positions, eval_tokens))
     else:
-        times, tokens, result = _time_ours(path, model, prompt_tokens, new_tokens, device, accuracy)
+        times, tokens, result = _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens)
     steps = [b - a for a, b in zip(times, times[1:])]
     return result | {"prefill_ms": 1000 * (times[1] - times[0]), "decode_tok_s": len(steps[1:]) / sum(steps[1:]),
                      "step_ms": [1000 * s for s in steps[1:]], "tokens": tokens}
@@ -107,7 +117,30 @@ def _time_hf(model, prompt, new_tokens, device: str) -> tuple[list[float], list[
     return [start, *clock.times], out[0, len(prompt):].tolist()
 
 
-def _time_ours(path, model, prompt_tokens, new_tokens, device, accuracy) -> tuple[list[float], list[int], dict]:
+def _windows(model: str, n_positions: int, tokens: int) -> list[list[int]]:
+    """The held-out windows every path scores (``course.programs.quantize.held_out``), tokenized by step 12."""
+    from course.checkpoints import find
+    from course.programs.generate import import_steps
+    from course.programs.quantize import held_out
+
+    folder = find(model).folder
+    tokenizer = import_steps("solutions", SOLUTIONS, [12])[12].Tokenizer.from_dir(folder)
+    return held_out(folder, tokenizer, n_positions, tokens)
+
+
+def _hf_perplexity(model, windows: list[list[int]]) -> float:
+    import numpy as np
+    import torch
+
+    nll = []
+    with torch.no_grad():
+        for window in windows:
+            logits = model(torch.tensor([window])).logits[0, :-1].double()
+            nll += (-torch.log_softmax(logits, -1)[torch.arange(len(window) - 1), window[1:]]).tolist()
+    return float(np.exp(np.mean(nll)))
+
+
+def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> tuple[list[float], list[int], dict]:
     from course import runtime
 
     runtime.setup()
@@ -135,19 +168,19 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, accuracy) -> tupl
     for token in gen.generate(next_logits, prompt, new_tokens, **kwargs):
         times.append(time.perf_counter())
         tokens.append(token)
-    if quantize and accuracy:
-        from course.programs.quantize import agreement, logits_along
+    if quantize and eval_tokens:
+        from course.programs.quantize import compare
 
         reference = compile_model(steps, pretrained, device, True)
-        greedy = list(gen.generate(reference, prompt, new_tokens, **kwargs))
-        result["accuracy"] = agreement(logits_along(reference, prompt, greedy), logits_along(next_logits, prompt, greedy))
+        windows = _windows(model, config.n_positions, eval_tokens)
+        result["accuracy"] = compare(reference, next_logits, windows)
     return times, tokens, result
 
 
 def _run_worker(path: str, args, model: str, accuracy: bool = False) -> dict:
     command = [sys.executable, "-m", "course.programs.bench", "--worker", path, "--new-tokens", str(args.new_tokens),
-               "--prompt-tokens", str(args.prompt_tokens), "--device", args.device, "--model", model]
-    command += ["--accuracy"] if accuracy else []
+               "--prompt-tokens", str(args.prompt_tokens), "--device", args.device, "--model", model,
+               "--eval-tokens", str(args.eval_tokens if accuracy else 0)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -173,7 +206,7 @@ def _median(runs: list[dict]) -> dict:
     out = {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs),
            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs),
            "compile_s": statistics.median(r["compile_s"] for r in runs), "step_ms": steps, "tokens": runs[0]["tokens"]}
-    return out | ({"accuracy": runs[0]["accuracy"]} if "accuracy" in runs[0] else {})
+    return out | {key: runs[0][key] for key in ("accuracy", "perplexity") if key in runs[0]}
 
 
 def plot(results: dict, file: Path) -> None:
@@ -223,11 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quantize", nargs="+", choices=QUANTIZE, default=[], help="add the cached model with weights in these formats (CPU only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, help="write decode tok/s against generated length as an SVG")
+    p.add_argument("--eval-tokens", type=int, default=1024, help="with --quantize: held-out tokens each format is scored on")
     p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)
-    p.add_argument("--accuracy", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        result = worker(args.worker, args.new_tokens, args.prompt_tokens, args.device, args.model, args.accuracy)
+        result = worker(args.worker, args.new_tokens, args.prompt_tokens, args.device, args.model, args.eval_tokens)
         print(json.dumps(result))
         return 0
     if args.new_tokens < 3 or args.prompt_tokens < 1 or args.rounds < 1:
@@ -236,7 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     paths = ["hf", "no_cache", "cache", *(f"cache_{name}" for name in args.quantize)]
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         model = args.model
-        if model is None:
+        if model is not None:  # a Hub id, a folder or `course`, found (downloaded) once for every path
+            from course.checkpoints import CheckpointError, find
+
+            try:
+                model = str(find(model).folder)
+            except CheckpointError as error:
+                raise SystemExit(f"bench: {error}") from None
+        else:
             from course.weights import random_checkpoint
 
             with err.status(f"Writing GPT-2 small's sizes ({args.layers} layers) with random weights as a checkpoint …"):
@@ -244,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = _run_all(paths, args, model)
     results = {path: _median(r) for path, r in runs.items()}
     hf = results["hf"]["decode_tok_s"]
+    perplexities = _perplexities(results)
     if args.plot:
         plot(results, args.plot)
     if args.json:
@@ -253,25 +294,39 @@ def main(argv: list[str] | None = None) -> int:
                          "vs_hf": round(r["decode_tok_s"] / hf, 3), "tokens": r["tokens"]}
             if "accuracy" in r:
                 out[path] |= {"top1_vs_fp32": round(r["accuracy"]["top1"], 4), "max_logit_err": round(r["accuracy"]["max_abs_err"], 4)}
+            if path in perplexities:
+                out[path]["perplexity"] = round(perplexities[path], 4)
         print(json.dumps(out))
         return 0
     weights = f"{args.model}'s weights" if args.model else f"{args.layers} layers, random weights"
     table = Table(title=f"GPT-2 ({weights}, {args.device}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
     columns = ["path", "prefill ms", "decode tok/s", "× Hugging Face"]
-    columns += ["top-1 vs fp32", "max |Δ logit|"] if args.quantize else []
+    columns += ["perplexity", "top-1 vs fp32", "max |Δ logit|"] if args.quantize else []
     for column in columns:
         table.add_column(column, justify="left" if column == "path" else "right")
     for path, r in results.items():
         row = [PATHS[path], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}"]
         if args.quantize:
             a = r.get("accuracy")
+            row.append(f"{perplexities[path]:.2f}" if path in perplexities else "")
             row += [f"{round(a['top1'] * a['steps'])}/{a['steps']}", f"{a['max_abs_err']:.3f}"] if a else ["", ""]
         table.add_row(*row)
     Console(highlight=False).print(table)
     if args.quantize:
-        std = next(r["accuracy"]["logit_std"] for r in results.values() if "accuracy" in r)
-        err.print(f"[dim]top-1 and |Δ logit|: float32's greedy tokens fed to both models; float32's logits have a standard deviation of {std:.2f}.[/]")
+        a = next(r["accuracy"] for r in results.values() if "accuracy" in r)
+        err.print(f"[dim]Every row scores the same {a['steps']} next tokens of held-out text (lower perplexity is better; "
+                  f"top-1 and |Δ logit| against float32, whose logits have a standard deviation of {a['logit_std']:.2f}).[/]")
     return 0
+
+
+def _perplexities(results: dict) -> dict[str, float]:
+    """Each path's perplexity on the held-out tokens: Hugging Face's, float32's (on the cache row) and each format's."""
+    out = {path: r["perplexity"] for path, r in results.items() if "perplexity" in r}
+    for path, r in results.items():
+        if "accuracy" in r:
+            out["cache"] = r["accuracy"]["perplexity_fp32"]
+            out[path] = r["accuracy"]["perplexity"]
+    return out
 
 
 def _run_all(paths: list[str], args, model: str) -> dict[str, list[dict]]:
@@ -282,7 +337,8 @@ def _run_all(paths: list[str], args, model: str) -> dict[str, list[dict]]:
             started = time.perf_counter()
             with err.status(f"round {round_}/{args.rounds}: {PATHS[path]} (its own process; "
                             "a first MAX run compiles for minutes) …"):
-                run = _run_worker(path, args, model, accuracy=round_ == 1 and path.startswith("cache_"))
+                scored = round_ == 1 and bool(args.quantize) and (path == "hf" or path.startswith("cache_"))
+                run = _run_worker(path, args, model, accuracy=scored)
             runs[path].append(run)
             err.print(f"[dim]round {round_}/{args.rounds}: {PATHS[path]}: {run['decode_tok_s']:.1f} tok/s "
                       f"({time.perf_counter() - started:.0f} s)[/]")

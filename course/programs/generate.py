@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from course import runtime
-from course.checkpoints import CheckpointError
+from course.checkpoints import CheckpointError, default_model
 from course.outline import OUTLINE, SOLUTIONS, STEPS, step_path
 from course.programs import build
 
@@ -52,7 +52,9 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Generate text with the course's GPT-2.")
     p.add_argument("--target", choices=["solutions", "steps"], default="solutions", help="whose code runs (main: solutions, gpt2: steps)")
     p.add_argument("--steps-dir", type=Path, default=STEPS, help="the learner's folder for --target steps")
-    p.add_argument("--model", default="gpt2", help="a Hugging Face Hub id (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a local folder")
+    p.add_argument("--model", help="a Hugging Face Hub id (gpt2, gpt2-medium, gpt2-large, gpt2-xl), a local folder, or "
+                   "course, the course's own small GPT-2 trained on the book (default: gpt2 when it is cached or "
+                   "the Hub answers, else course)")
     p.add_argument("--prompt", help="the text to continue; without it, an interactive prompt")
     p.add_argument("--max-new-tokens", type=int, default=50, help="how many tokens to add at most (default 50)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default 0.8)")
@@ -134,6 +136,10 @@ class Generator:
     def __init__(self, args, steps: dict[int, object]):
         self.args, self.steps = args, steps
         device = pick_device(args.device)
+        if args.model is None:
+            args.model, notice = default_model()
+            if notice:
+                err.print(f"[yellow]{notice}[/]")
         with err.status(f"Loading {args.model} …"):
             try:
                 pretrained = build.load(steps, args.model)

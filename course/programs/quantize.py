@@ -29,6 +29,8 @@ the tests unpack them with ``gguf`` to check the bytes.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from max.experimental import functional as F
 from max.experimental.nn import Linear, Module
@@ -177,11 +179,52 @@ def quantize_model(model, state: dict[str, np.ndarray], name: str) -> dict[str, 
     return swapped | {f"head.{key}": value for key, value in model.head.parameters}
 
 
-def agreement(reference: np.ndarray, logits: np.ndarray) -> dict:
-    """Top-1 agreement and the largest logit error of ``logits`` against ``reference``, both [steps, vocab]."""
-    same = reference.argmax(-1) == logits.argmax(-1)
-    return {"top1": float(same.mean()), "steps": int(same.size), "max_abs_err": float(np.abs(reference - logits).max()),
-            "logit_std": float(reference.std())}
+def held_out(folder, tokenizer, n_positions: int, tokens: int) -> list[list[int]]:
+    """Windows of held-out text to score, together predicting ``tokens`` tokens.
+
+    The text is the checkpoint's own ``heldout.txt`` where it has one (the course's
+    model does: the tenth of each chapter it never trained on), else the course
+    model's. Windows are at most 256 tokens (the course model's context), so that
+    every model is scored on the same windows, and are taken evenly from the whole
+    text, so that a few hundred tokens sample every chapter's held-out tenth.
+    """
+    from course.outline import COURSE_MODEL
+
+    own = Path(folder) / "heldout.txt"
+    text = (own if own.is_file() else COURSE_MODEL / "heldout.txt").read_text(encoding="utf-8")
+    ids, length = tokenizer.encode(text), min(n_positions, 256)
+    windows = [ids[i : i + length] for i in range(0, len(ids) - 1, length)]
+    wanted = max(1, min(len(windows), -(-tokens // (length - 1))))
+    windows = [windows[round(i * len(windows) / wanted)] for i in range(wanted)]  # spread over every chapter
+    out, left = [], tokens
+    for window in windows:
+        if left <= 0:
+            break
+        out.append(window[: left + 1])
+        left -= len(out[-1]) - 1
+    return out
+
+
+def log_probs(logits: np.ndarray) -> np.ndarray:
+    """log softmax in float64."""
+    z = logits.astype(np.float64) - logits.max()
+    return z - np.log(np.exp(z).sum())
+
+
+def compare(reference, quantized, windows: list[list[int]]) -> dict:
+    """Scores every next token of ``windows`` with both ``next_logits``: top-1 agreement, the largest
+    logit error, the spread of float32's logits, and each model's perplexity on the text."""
+    same, worst, spread, nll, nll_q = [], 0.0, [], [], []
+    for window in windows:
+        for i in range(1, len(window)):
+            r, q = np.asarray(reference(window[:i])), np.asarray(quantized(window[:i]))
+            same.append(r.argmax() == q.argmax())
+            worst = max(worst, float(np.abs(r - q).max()))
+            spread.append(float(r.std()))
+            nll.append(-log_probs(r)[window[i]])
+            nll_q.append(-log_probs(q)[window[i]])
+    return {"top1": float(np.mean(same)), "steps": len(same), "max_abs_err": worst, "logit_std": float(np.mean(spread)),
+            "perplexity_fp32": float(np.exp(np.mean(nll))), "perplexity": float(np.exp(np.mean(nll_q)))}
 
 
 def logits_along(next_logits, prompt: list[int], tokens: list[int]) -> np.ndarray:

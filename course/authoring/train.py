@@ -1,0 +1,260 @@
+"""``pixi run train``: the course's own small GPT-2, trained on this book with PyTorch on the CPU.
+
+    pixi run train                          # writes course/gpt2-book/ and book/src/training.svg
+    pixi run train --steps 20 --out /tmp/x  # a quick look
+
+It is GPT-2 in every way a checkpoint can be: GPT-2's tokenizer (``course/gpt2-tokenizer``),
+Hugging Face's ``GPT2LMHeadModel`` and its file layout, so step 14 loads it like GPT-2
+small. Only the sizes are small (``SIZES``): 4 blocks of width 256, 16.3M parameters,
+of which 12.9M are the token embedding of GPT-2's 50,257 tokens. The width is the
+smallest that every quantized format of chapter 15 takes (q4_k and q6_k pack 256
+values a block).
+
+What it reads: the book's chapters (``book/src/*.md``), the text the course owns.
+The last tenth of every chapter is held out, never trained on, and written as
+``heldout.txt`` beside the weights: ``bench --quantize`` measures perplexity on it.
+
+The book uses about 3,900 of GPT-2's 50,257 tokens. Every other token shares one
+embedding row: the model cannot tell them apart, having never seen one, and the
+saved ``wte`` repeats that row for each of them, so git compresses them away. It
+also makes training about four times faster: the 46,000 equal logits are computed
+once, and enter the softmax's sum as the shared logit plus log(46,000), which is
+exactly the full model's cross-entropy (the loss a Hugging Face ``GPT2LMHeadModel``
+measures on the saved folder is the one printed here). The weights are stored in
+float16; the course reads them as float32.
+
+The run is seeded (``--seed``): its batches come from one NumPy generator and its
+initial weights from ``torch.manual_seed``. On the same machine it writes the same
+weights; elsewhere, the same curve up to float rounding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from course.outline import COURSE_MODEL, GPT2_TOKENIZER, ROOT
+
+BOOK = ROOT / "book" / "src"
+CURVE = BOOK / "training.svg"
+
+#: The model: GPT-2's vocabulary and layout, small sizes.
+SIZES = dict(n_layer=4, n_head=4, n_embd=256, n_positions=256)
+#: The run: batches of ``BATCH`` windows of ``n_positions`` tokens.
+BATCH, STEPS, LEARNING_RATE, WARMUP, WEIGHT_DECAY = 8, 1000, 3e-3, 50, 0.1
+#: The held-out loss is measured every ``EVERY`` steps.
+EVERY = 50
+#: GPT-2's vocabulary, and the id of <|endoftext|> in it.
+VOCABULARY, END_OF_TEXT_ID = 50257, 50256
+#: Of each chapter, this last share is held out.
+HELD_OUT = 0.1
+END_OF_TEXT = "<|endoftext|>"
+
+
+def chapters() -> list[tuple[str, str]]:
+    """The book's chapters, (name, markdown text), in file order; SUMMARY.md is only a table of contents."""
+    return [(path.stem, path.read_text(encoding="utf-8")) for path in sorted(BOOK.glob("*.md")) if path.name != "SUMMARY.md"]
+
+
+def split(text: str, share: float = HELD_OUT) -> tuple[str, str]:
+    """(trained, held out): the text cut at the paragraph break nearest to ``1 - share`` of its length."""
+    target = int(len(text) * (1 - share))
+    breaks = [i for i in range(len(text)) if text.startswith("\n\n", i)] or [target]
+    cut = min(breaks, key=lambda i: abs(i - target))
+    return text[:cut], text[cut:].lstrip("\n")
+
+
+def tokenizer():
+    """GPT-2's tokenizer, from the course's vocab.json and merges.txt (Hugging Face ``tokenizers``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE.from_file(str(GPT2_TOKENIZER / "vocab.json"), str(GPT2_TOKENIZER / "merges.txt")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([END_OF_TEXT])
+    return tok
+
+
+def corpus() -> tuple[list[int], str, str]:
+    """(training ids, held-out text, sha256 of the book's text): every chapter's text then <|endoftext|>."""
+    tok = tokenizer()
+    trained, held_out, digest = [], [], hashlib.sha256()
+    for _, text in chapters():
+        digest.update(text.encode("utf-8"))
+        head, tail = split(text)
+        trained.append(head)
+        held_out.append(tail)
+    ids = tok.encode(END_OF_TEXT.join(trained) + END_OF_TEXT).ids
+    return ids, END_OF_TEXT.join(held_out), digest.hexdigest()
+
+
+def windows(ids: np.ndarray, length: int) -> np.ndarray:
+    """``ids`` cut into consecutive windows of ``length + 1`` (input and shifted target); the rest dropped."""
+    count = (len(ids) - 1) // length
+    return np.stack([ids[i * length : i * length + length + 1] for i in range(count)])
+
+
+def learning_rate(step: int, steps: int) -> float:
+    """Linear warm-up, then a cosine down to a tenth."""
+    if step < WARMUP:
+        return LEARNING_RATE * (step + 1) / WARMUP
+    done = (step - WARMUP) / max(1, steps - WARMUP)
+    return LEARNING_RATE * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
+
+
+def train(out: Path, steps: int = STEPS, seed: int = 0, curve: Path | None = CURVE, sizes: dict = SIZES) -> dict:
+    """Trains the model and writes the checkpoint folder ``out``; returns the run's record (also training.json)."""
+    import torch
+    import transformers
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()  # not its note on the config's loss_type
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    ids, held_out_text, book_sha = corpus()
+    used = np.unique(ids)  # the book's tokens; every other token is the one shared row, index len(used)
+    index = np.full(VOCABULARY, len(used), dtype=np.int64)
+    index[used] = np.arange(len(used))
+    ids = index[np.asarray(ids, dtype=np.int64)]
+    held_out = windows(index[np.asarray(tokenizer().encode(held_out_text).ids, dtype=np.int64)], sizes["n_positions"])
+    shared = math.log(VOCABULARY - len(used))  # the shared row's logit stands for this many equal logits
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=len(used) + 1, **sizes))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=WEIGHT_DECAY)
+    length = sizes["n_positions"]
+
+    def loss_of(batch: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over all 50,257 tokens: the unused ones' equal logits enter the sum once, as
+        the shared logit plus log(how many)."""
+        logits = model(batch).logits[:, :-1]
+        total = torch.cat([logits[..., :-1], logits[..., -1:] + shared], dim=-1)
+        return (torch.logsumexp(total, -1) - logits.gather(-1, batch[:, 1:, None])[..., 0]).mean()
+
+    def held_out_loss() -> float:
+        model.eval()
+        with torch.no_grad():
+            losses = [float(loss_of(torch.from_numpy(held_out[i : i + BATCH, :-1]))) * len(held_out[i : i + BATCH])
+                      for i in range(0, len(held_out), BATCH)]
+        model.train()
+        return sum(losses) / len(held_out)
+
+    record = {"sizes": sizes, "steps": steps, "batch": BATCH, "seed": seed, "learning_rate": LEARNING_RATE,
+              "trained_tokens": int(len(ids)), "held_out_tokens": int(held_out.size - len(held_out)),
+              "tokens_used": int(len(used)), "book_sha256": book_sha, "torch": torch.__version__,
+              "threads": torch.get_num_threads(), "train_loss": [], "held_out_loss": []}
+    started = time.perf_counter()
+    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+               TextColumn("held out {task.fields[held]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task("train", total=steps, loss="…", held="…")
+        record["held_out_loss"].append((0, round(held_out_loss(), 4)))
+        for step in range(steps):
+            starts = rng.integers(0, len(ids) - length - 1, size=BATCH)
+            batch = torch.from_numpy(np.stack([ids[s : s + length] for s in starts]))
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, steps)
+            loss = loss_of(batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            record["train_loss"].append(round(float(loss.detach()), 4))
+            if (step + 1) % EVERY == 0 or step + 1 == steps:
+                record["held_out_loss"].append((step + 1, round(held_out_loss(), 4)))
+                if not bar.console.is_terminal:  # no live bar in a log: a plain line instead
+                    bar.console.print(f"step {step + 1}/{steps}: loss {record['train_loss'][-1]:.2f}, held out "
+                                      f"{record['held_out_loss'][-1][1]:.2f} ({time.perf_counter() - started:.0f} s)")
+            bar.update(task, advance=1, loss=f"{record['train_loss'][-1]:.2f}", held=f"{record['held_out_loss'][-1][1]:.2f}")
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    record["held_out_perplexity"] = round(math.exp(record["held_out_loss"][-1][1]), 2)
+    save(full_vocabulary(model, index, sizes), out, held_out_text, record)
+    if curve:
+        curve.write_text(plot(record))
+    return record
+
+
+def full_vocabulary(model, index: np.ndarray, sizes: dict):
+    """The trained model with GPT-2's 50,257 rows: token t gets row ``index[t]``, so every unused
+    token gets the shared row. Its logits are the trained model's, the shared one repeated."""
+    import torch
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=VOCABULARY, bos_token_id=END_OF_TEXT_ID, eos_token_id=END_OF_TEXT_ID,
+                                     **sizes)
+    full = transformers.GPT2LMHeadModel(config)
+    state = model.state_dict()
+    state["transformer.wte.weight"] = state["transformer.wte.weight"][torch.from_numpy(index)]
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    full.load_state_dict(state)
+    full.tie_weights()
+    return full
+
+
+def save(model, out: Path, held_out_text: str, record: dict) -> None:
+    """The checkpoint folder: config.json and model.safetensors in float16, GPT-2's tokenizer files,
+    heldout.txt and training.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    model.to(torch.float16).save_pretrained(out)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(GPT2_TOKENIZER / name, out / name)
+    (out / "heldout.txt").write_text(held_out_text, encoding="utf-8")
+    (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def plot(record: dict) -> str:
+    """The training curve as an SVG: the loss of every step, and the held-out loss."""
+    width, height, pad = 640, 320, 48
+    train, held = record["train_loss"], record["held_out_loss"]
+    top = math.ceil(max(max(train), max(loss for _, loss in held)))
+    sx = lambda step: pad + (width - 2 * pad) * step / len(train)  # noqa: E731
+    sy = lambda loss: height - pad - (height - 2 * pad) * loss / top  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" role="img" '
+           f'aria-label="Training loss of the course model" style="max-width: 100%; height: auto" '
+           f'font-family="sans-serif" font-size="12" fill="currentColor">',
+           f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="currentColor"/>',
+           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="currentColor"/>',
+           f'<text x="{width / 2}" y="{height - 10}" text-anchor="middle">training step (batches of {record["batch"]} × '
+           f'{record["sizes"]["n_positions"]} tokens)</text>',
+           f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">'
+           f'cross-entropy (nats per token)</text>']
+    for k in range(0, top + 1, max(1, top // 5)):
+        out.append(f'<text x="{pad - 6}" y="{sy(k) + 4:.0f}" text-anchor="end">{k}</text>')
+    for k in range(5):
+        step = round(len(train) * k / 4)
+        out.append(f'<text x="{sx(step):.0f}" y="{height - pad + 16}" text-anchor="middle">{step}</text>')
+    line = " ".join(f"{sx(i + 1):.1f},{sy(loss):.1f}" for i, loss in enumerate(train))
+    out.append(f'<polyline points="{line}" fill="none" stroke="#1a73e8" stroke-width="1.5"/>')
+    line = " ".join(f"{sx(step):.1f},{sy(loss):.1f}" for step, loss in held)
+    out.append(f'<polyline points="{line}" fill="none" stroke="#e8710a" stroke-width="2"/>')
+    out.append(f'<text x="{width - pad - 220}" y="{pad}" fill="#1a73e8">— training batches</text>')
+    out.append(f'<text x="{width - pad - 220}" y="{pad + 16}" fill="#e8710a">— held-out tenth of each chapter</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pixi run train", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", type=Path, default=COURSE_MODEL, help="the checkpoint folder to write")
+    p.add_argument("--steps", type=int, default=STEPS, help="optimizer steps")
+    p.add_argument("--seed", type=int, default=0, help="the seed of the initial weights and the batches")
+    p.add_argument("--curve", type=Path, default=CURVE, help="where to write the training curve (SVG)")
+    args = p.parse_args(argv)
+    record = train(args.out, args.steps, args.seed, args.curve)
+    print(f"trained {args.steps} steps in {record['seconds']:.0f} s; held-out loss {record['held_out_loss'][-1][1]:.3f} "
+          f"(perplexity {record['held_out_perplexity']:.1f}); wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
