@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from course import runtime
-from course.check.hints import explain_course_fault, explain_exception, raised_in
+from course.check.hints import check_title, explain_course_fault, explain_exception, raised_in
 from course.outline import OUTLINE, SOLUTIONS, marker
 
 import harness
@@ -58,10 +58,7 @@ def _measure():
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    doc = getattr(getattr(item, "function", None), "__doc__", None)
-    title = (doc or item.name).strip().splitlines()[0]
-    callspec = getattr(item, "callspec", None)
-    report.course_title = f"{title} [{callspec.id}]" if callspec else title
+    report.course_title = check_title(item)
     if report.when == "call" and report.passed and harness.measured:
         report.user_properties.append(("max_delta", max(harness.measured)))
     if report.failed and call.excinfo is not None:

@@ -83,8 +83,9 @@ def tokenizer():
     return tok
 
 
-def corpus() -> tuple[list[int], str, str]:
-    """(training ids, held-out text, sha256 of the book's text): every chapter's text then <|endoftext|>."""
+def corpus() -> tuple[list[int], list[int], str, str]:
+    """(training ids, held-out ids, held-out text, sha256 of the book's text); the chapters joined
+    by <|endoftext|>."""
     tok = tokenizer()
     trained, held_out, digest = [], [], hashlib.sha256()
     for _, text in chapters():
@@ -92,8 +93,9 @@ def corpus() -> tuple[list[int], str, str]:
         head, tail = split(text)
         trained.append(head)
         held_out.append(tail)
+    held_out_text = END_OF_TEXT.join(held_out)
     ids = tok.encode(END_OF_TEXT.join(trained) + END_OF_TEXT).ids
-    return ids, END_OF_TEXT.join(held_out), digest.hexdigest()
+    return ids, tok.encode(held_out_text).ids, held_out_text, digest.hexdigest()
 
 
 def windows(ids: np.ndarray, length: int) -> np.ndarray:
@@ -120,12 +122,12 @@ def train(out: Path, steps: int = STEPS, seed: int = 0, curve: Path | None = CUR
     transformers.utils.logging.set_verbosity_error()  # not its note on the config's loss_type
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    ids, held_out_text, book_sha = corpus()
+    ids, held_out_ids, held_out_text, book_sha = corpus()
     used = np.unique(ids)  # the book's tokens; every other token is the one shared row, index len(used)
     index = np.full(VOCABULARY, len(used), dtype=np.int64)
     index[used] = np.arange(len(used))
     ids = index[np.asarray(ids, dtype=np.int64)]
-    held_out = windows(index[np.asarray(tokenizer().encode(held_out_text).ids, dtype=np.int64)], sizes["n_positions"])
+    held_out = windows(index[np.asarray(held_out_ids, dtype=np.int64)], sizes["n_positions"])
     shared = math.log(VOCABULARY - len(used))  # the shared row's logit stands for this many equal logits
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=len(used) + 1, **sizes))
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=WEIGHT_DECAY)
