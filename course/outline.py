@@ -28,6 +28,7 @@ OUTLINE = {
     13: "text generation",
     14: "pretrained weights",
     15: "KV cache",
+    16: "decoding at the memory limit",
 }
 
 

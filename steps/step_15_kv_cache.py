@@ -151,6 +151,11 @@ class CachedNextLogits:
         new = ids[len(self.seen) :]
         check_positions(len(new), len(self.seen), self.config.n_positions)
         new_ids = Tensor.from_dlpack(np.asarray([new], dtype=np.int64)).to(self.device)
-        logits, self.keys, self.values = self.run(new_ids, self.keys, self.values)
+        logits, self.keys, self.values = self.graph(len(new))(new_ids, self.keys, self.values)
         self.seen = ids
         return np.asarray(logits.to(CPU()).to_numpy())[0]
+
+    def graph(self, new_tokens: int):
+        """The compiled graph for a call with ``new_tokens`` new ids: here always the one graph
+        (step 16 adds a second, for exactly one)."""
+        return self.run

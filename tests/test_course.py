@@ -482,6 +482,23 @@ PLANTED = {
         r"the prefill of 5 tokens compiled a new MAX graph: .* — CachedNextLogits is given code in "
         r"steps/step_15_kv_cache\.py",
     ),
+    # Step 16.
+    "wpe counted in the bytes per token": (
+        16, "+ 2 * c + config.vocab_size * c", "+ 2 * c + config.vocab_size * c + config.n_positions * c",
+        r"wpe is counted; a decode step reads one row of it.* — TODO 1 in ",
+    ),
+    "one row multiplied by W transposed": (
+        16, "return (weight @ column)", "return (weight.T @ column)",
+        r"the row is multiplied by W, not by Wᵀ.* — TODO 2 in ",
+    ),
+    "decode linear without its bias": (
+        16, "return one_row(x, self.weight) + self.bias", "return one_row(x, self.weight)",
+        r"DecodeLinear vs Conv1D on one row: the bias is left out.* — TODO 3 in ",
+    ),
+    "head reads wpe": (
+        16, "one_row(hidden, self.transformer.wte.weight)", "one_row(hidden, self.transformer.wpe.weight)",
+        r"the head gives shape \[1, 64\] for one hidden vector, expected \[1, 320\].* — TODO 4 in ",
+    ),
     # Step 14.
     "config.json ignored": (
         14,
@@ -721,7 +738,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
 
 
 def test_every_todo_has_a_planted_bug():

@@ -224,11 +224,11 @@ def test_bench_json_on_a_checkpoint(checkpoint):
     )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert list(out) == ["hf", "no_cache", "cache", "cache_q4_0"], out
+    assert list(out) == ["hf", "no_cache", "cache", "decode", "cache_q4_0"], out
     assert all(r["decode_tok_s"] > 0 and r["prefill_ms"] > 0 and len(r["tokens"]) == 8 for r in out.values()), out
     eos = json.loads((checkpoint / "config.json").read_text())["eos_token_id"]
     hf = out["hf"]["tokens"]
-    for path in ("no_cache", "cache"):  # Hugging Face's generate holds <|endoftext|> back (min_new_tokens)
+    for path in ("no_cache", "cache", "decode"):  # Hugging Face's generate holds <|endoftext|> back (min_new_tokens)
         ours = out[path]["tokens"]
         shared = ours.index(eos) if eos in ours else len(ours)
         assert ours[:shared] == hf[:shared], f"bench's {path} path generated {ours}, Hugging Face {hf}"

@@ -354,18 +354,37 @@ class NoNewGraphs:
             InferenceSession.compile_reusing_mefs = original
 
 
-def compile_cached(step, reference):
+def compile_cached(step, reference) -> tuple[object, int]:
     """The learner's cached model with ``reference``'s weights, compiled by the step's given code,
-    once it passes the eager check (a wrong model is never compiled: that would take minutes)."""
+    once it passes the eager check (a wrong model is never compiled: that would take minutes);
+    and the number of graphs MAX compiled or loaded to build it."""
+    from max.engine import InferenceSession
+
     check_model_eagerly(step, generation_model())
     config = solution(1).GPT2Config.from_hf(reference.config)
     model = build(attribute(step, "CachedGPT2LMHeadModel"), config)
     load_weights(model, to_max_state(reference))
-    return call(attribute(step, "CachedNextLogits"), model, config)
+    loads = []  # each graph MAX compiles goes through this method (Module.compile -> CompiledCallable)
+    original = InferenceSession.compile_reusing_mefs
+
+    def counted(session, *args, **kwargs):
+        loads.append(1)
+        return original(session, *args, **kwargs)
+
+    InferenceSession.compile_reusing_mefs = counted
+    try:
+        next_logits = call(attribute(step, "CachedNextLogits"), model, config)
+    finally:
+        InferenceSession.compile_reusing_mefs = original
+    return next_logits, len(loads)
 
 
 def cached_next_logits(step, reference):
-    """:func:`compile_cached`, once per test run (compiling costs seconds)."""
+    """:func:`compile_cached`'s model, built once per test run (compiling costs seconds)."""
+    return _cached(step, reference)[0]
+
+
+def _cached(step, reference) -> tuple[object, int]:
     if step.__file__ not in _compiled:
         _compiled[step.__file__] = compile_cached(step, reference)
     return _compiled[step.__file__]
@@ -426,16 +445,11 @@ def test_overflowing_the_context_is_a_clear_error(step):
     fail(f"{GEN['n_positions'] + 1} tokens were accepted by a model that learned {GEN['n_positions']} positions")
 
 
-def test_decoding_does_not_recompile(step, monkeypatch):
+def test_decoding_does_not_recompile(step):
     """one graph is compiled for the cached model, and none while decoding"""
-    from max.engine import InferenceSession
-
-    loads = []  # each graph MAX compiles goes through this method (Module.compile -> CompiledCallable)
-    original = InferenceSession.compile_reusing_mefs
-    monkeypatch.setattr(InferenceSession, "compile_reusing_mefs", lambda self, *a, **k: loads.append(1) or original(self, *a, **k))
-    next_logits = compile_cached(step, generation_model(seed=99))  # new weights: built and compiled again
-    if len(loads) != 1:
-        fail(f"building CachedNextLogits loaded {len(loads)} graphs, expected 1 (one graph for prefill and decode) — "
+    next_logits, loads = _cached(step, generation_model())
+    if loads != 1:
+        fail(f"building CachedNextLogits loaded {loads} graphs, expected 1 (one graph for prefill and decode) — "
              f"CachedNextLogits is given code in {shown(step.__file__)}: keep it as the stub has it")
     guard = NoNewGraphs(step)
     for prompt in ([1, 2, 3], [4, 5, 6, 7, 8, 9]):  # the second one starts over: a prefill of another length

@@ -56,7 +56,8 @@ from rich.table import Table
 from course.programs.generate import QUANTIZE
 from course.outline import ROOT, SOLUTIONS
 
-PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)"}
+PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)",
+         "decode": "ours, decode graph (step 16)"}
 PATHS |= {f"cache_{name}": f"ours, KV cache, {name} weights" for name in QUANTIZE}
 err = Console(stderr=True, highlight=False)
 
@@ -147,7 +148,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
     from course.programs.build import compile_model, load
     from course.programs.generate import import_steps, pick_device
 
-    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15])
+    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16])
     gen = steps[13]
     quantize = path.removeprefix("cache_") if path.startswith("cache_") else None
     device = pick_device(device)
@@ -159,7 +160,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
         from course.programs.quantize import check
 
         check(quantize, config, device)
-    next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize)
+    next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize, decode=path == "decode")
     result = {"compile_s": time.perf_counter() - started}
     kwargs = dict(n_positions=config.n_positions, temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
@@ -211,7 +212,7 @@ def _median(runs: list[dict]) -> dict:
 
 def plot(results: dict, file: Path) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
-    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
+    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
     curves = {}
     for path, r in results.items():
         total, points = 0.0, []
@@ -266,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.new_tokens < 3 or args.prompt_tokens < 1 or args.rounds < 1:
         raise SystemExit("bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more")
     _refuse_unfair_gpu(args.device)
-    paths = ["hf", "no_cache", "cache", *(f"cache_{name}" for name in args.quantize)]
+    paths = ["hf", "no_cache", "cache", "decode", *(f"cache_{name}" for name in args.quantize)]
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         model = args.model
         if model is not None:  # a Hub id, a folder or `course`, found (downloaded) once for every path

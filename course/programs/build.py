@@ -23,9 +23,13 @@ def load(steps: dict[int, object], model: str):
     return steps[14].load_pretrained(model)
 
 
-def compile_model(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None = None):
-    """Step 11's model (or step 15's cached one) with the checkpoint's weights, compiled into
-    ``next_logits(ids) -> [vocab_size]``.
+def compile_model(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None = None,
+                  decode: bool = False):
+    """Step 11's model (or step 15's cached one, or with ``decode`` step 16's) with the checkpoint's
+    weights, compiled into ``next_logits(ids) -> [vocab_size]``.
+
+    ``decode``: step 16's model, whose decode graph multiplies each weight by one row as
+    ``W @ xᵀ`` (float32 only).
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
@@ -34,7 +38,10 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     from max.experimental import functional as F
 
     config, state = pretrained.config, pretrained.state
-    model_class = steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel
+    if decode and quantize:
+        raise ValueError("step 16's decode graph is float32; --quantize runs step 15's cached model")
+    model_class = steps[16].DecodeGPT2LMHeadModel if decode else (
+        steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel)
     with F.lazy():
         model = model_class(config)
     swapped = {}
@@ -44,6 +51,8 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
         swapped = quantize_model(model, state, quantize)
     model.load_state_dict({name: swapped[name] if name in swapped else runtime.from_numpy(state[name])
                            for name, _ in model.parameters})
+    if decode:
+        return steps[16].DecodeNextLogits(model, config, device)
     if cached:
         return steps[15].CachedNextLogits(model, config, device)
     return steps[13].compile_next_logits(model, device)

@@ -1,0 +1,215 @@
+"""Step 16 · decoding at the memory limit, against Hugging Face's GPT-2.
+
+* The bytes a decode step reads (TODO 1) equal Hugging Face's parameter count, less
+  ``wpe`` (one row of it is read), times the bytes per weight: exact integers.
+* ``one_row`` (TODO 2) equals ``x @ Wᵀ`` on a square and a non-square matrix (a
+  square one shows a product with ``W`` where ``Wᵀ`` belongs).
+* ``DecodeLinear`` (TODO 3) equals Hugging Face's ``Conv1D`` (``GPT2MLP.c_fc``) on one
+  row and on many (step 04's shapes, whose kernels are already compiled); the head (TODO 4) equals ``hidden @ wteᵀ``. All eager.
+* Then the compiled model: a prefill of 5 tokens on the prefill graph, then one token per
+  call on the decode graph. The logits at every position match ``GPT2LMHeadModel``
+  over the whole sequence; greedy tokens equal Hugging Face's ``generate``. Building
+  compiles one graph (the prefill's), the first decode step one more, and nothing is
+  compiled after that.
+
+Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst |Δ| on
+solutions/: see the ✓ lines (the teacher-forced logits about 1e-5, as step 15's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
+
+from course.check.hints import shown
+from harness import Mistake, assert_close, attribute, build, call, fail, forward, greedy_agreement, load_weights, solution
+from reference import GEN, GPT2_SMALL, SMALL, generation_model, hf_config, hf_greedy, hidden_states, seeded, to_max_state
+
+pytestmark = pytest.mark.step16
+
+EOS = GEN["vocab_size"] - 1
+_compiled: dict[str, object] = {}
+
+
+# --- TODO 1: the roofline's numerator --------------------------------------------------------
+
+
+def _count_mistakes(config, bytes_per_weight: float) -> list[Mistake]:
+    c, inner, layers, vocab = config.n_embd, config.inner_dim, config.n_layer, config.vocab_size
+    right = layers * (4 * c + 4 * c * c + 4 * c + 2 * c * inner + inner + c) + 2 * c + vocab * c
+    biases = layers * (3 * c + c + inner + c)
+    norms = layers * 4 * c + 2 * c
+
+    def wrong(count):
+        return lambda: np.float64(count * bytes_per_weight)
+
+    return [
+        Mistake("wpe is counted; a decode step reads one row of it, not all n_positions rows", 1,
+                wrong(right + config.n_positions * c)),
+        Mistake("wte is counted twice (as the embedding and as the head); the lookup reads one row, the head all of it", 1,
+                wrong(right + vocab * c)),
+        Mistake("the head is left out: it reads all of wte, vocab_size × n_embd weights", 1, wrong(right - vocab * c)),
+        Mistake("the MLP's width is taken as 4 * n_embd; it is config.inner_dim", 1,
+                wrong(right + layers * 2 * c * (4 * c - inner) + layers * (4 * c - inner))),
+        Mistake("the biases are left out: each Linear reads its bias too", 1, wrong(right - biases)),
+        Mistake("the layer norms are left out: ln_1, ln_2 and ln_f read a weight and a bias each", 1, wrong(right - norms)),
+        Mistake("the count is not multiplied by bytes_per_weight", 1, lambda: np.float64(right)),
+    ]
+
+
+@pytest.mark.parametrize("name", ["small-n_inner-3C", "gpt2-small"])
+def test_bytes_per_token_counts_every_weight_read(step, name):
+    """bytes_per_token equals Hugging Face's parameter count less wpe, times the bytes per weight"""
+    sizes = dict(SMALL, n_inner=3 * SMALL["n_embd"]) if name.startswith("small") else GPT2_SMALL
+    hf = hf_config(**sizes)
+    with torch.device("meta"):  # counts parameters without allocating them
+        reference = transformers.GPT2LMHeadModel(hf)
+    weights = reference.num_parameters() - reference.transformer.wpe.weight.numel()  # the head is tied: counted once
+    config = solution(1).GPT2Config.from_hf(hf)
+    count = attribute(step, "bytes_per_token")
+    for bytes_per_weight in (4, 0.5625):  # float32, and q4_0's 4.5 bits
+        got = call(count, config, bytes_per_weight, what=f"bytes_per_token(config, {bytes_per_weight})")
+        assert_close(np.float64(got), np.float64(weights * bytes_per_weight),
+                     f"bytes_per_token({name}, {bytes_per_weight} bytes a weight)", atol=0.5, rtol=0,
+                     mistakes=_count_mistakes(config, bytes_per_weight), step=step)
+
+
+# --- TODO 2: one row times a matrix ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("out_dim", [64, 192])
+def test_one_row_equals_x_times_w_transposed(step, out_dim):
+    """one_row(x, W) equals x @ Wᵀ for a [1, 1, 64] row, with W square and not"""
+    from course.runtime import from_numpy, to_numpy
+
+    x = hidden_states(1, 1, 64, seed=16)
+    w = hidden_states(out_dim, 64, seed=17) / 8
+    got = call(attribute(step, "one_row"), from_numpy(x), from_numpy(w), what=f"one_row(x [1, 1, 64], W [{out_dim}, 64])")
+    got = to_numpy(got)
+    if list(got.shape) != [1, 1, out_dim]:
+        fail(f"one_row(x [1, 1, 64], W [{out_dim}, 64]) has shape {list(got.shape)}, expected [1, 1, {out_dim}]: "
+             f"x's shape with its last size made out_dim — TODO 2 in {shown(step.__file__)}")
+    mistakes = [Mistake("the row is multiplied by W, not by Wᵀ: weight @ column needs weight [out, in] as it is", 2,
+                        lambda: x @ w)] if out_dim == 64 else []
+    assert_close(got, x @ w.T, f"one_row vs x @ Wᵀ (W [{out_dim}, 64])", mistakes=mistakes, step=step)
+
+
+# --- TODO 3 and 4: the layer and the head ----------------------------------------------------
+
+
+@pytest.mark.parametrize("rows", ["one row", "2x5 rows"])
+def test_decode_linear_matches_conv1d(step, rows):
+    """DecodeLinear equals Hugging Face's Conv1D (GPT2MLP.c_fc) on one row, and on many as step 04's Linear"""
+    hf = hf_config(**SMALL)
+    mlp = seeded(GPT2MLP(4 * hf.n_embd, hf), seed=16)
+    reference = mlp.c_fc
+    state = {k.removeprefix("c_fc."): v for k, v in to_max_state(mlp).items() if k.startswith("c_fc.")}
+    layer = build(attribute(step, "DecodeLinear"), hf.n_embd, 4 * hf.n_embd)
+    load_weights(layer, state)
+    x = hidden_states(1, 1, hf.n_embd, seed=18) if rows == "one row" else hidden_states(2, 5, hf.n_embd)
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(x)).numpy()
+    got = forward(layer, x, what=f"DecodeLinear.forward on {rows}")
+    no_bias = x @ state["weight"].T
+    mistakes = [Mistake("the bias is left out: one_row(...) + self.bias", 3, lambda: no_bias)]
+    assert_close(got, expected, f"DecodeLinear vs Conv1D on {rows}", mistakes=mistakes, step=step)
+
+
+def decode_model(step, reference):
+    """The learner's DecodeGPT2LMHeadModel with ``reference``'s weights (the names of step 15's model)."""
+    config = solution(1).GPT2Config.from_hf(reference.config)
+    model = build(attribute(step, "DecodeGPT2LMHeadModel"), config)
+    load_weights(model, to_max_state(reference))
+    return model, config
+
+
+def test_head_scores_every_token(step):
+    """the head on one hidden vector equals hidden @ wteᵀ, the logits of every token"""
+    reference = generation_model()
+    model, config = decode_model(step, reference)
+    hidden = hidden_states(1, config.n_embd, seed=19)
+    got = forward(model.head, hidden, what="DecodeGPT2LMHeadModel.head")
+    wte = reference.transformer.wte.weight.detach().numpy()
+    if list(got.shape) != [1, config.vocab_size]:
+        fail(f"the head gives shape {list(got.shape)} for one hidden vector, expected [1, {config.vocab_size}] "
+             f"(a logit for every token: the rows of wte) — TODO 4 in {shown(step.__file__)}")
+    assert_close(got, hidden @ wte.T, "DecodeGPT2LMHeadModel.head vs hidden @ wteᵀ", step=step)
+
+
+# --- the compiled model ----------------------------------------------------------------------
+
+
+class Compiles:
+    """Counts the graphs MAX compiles or loads (each goes through ``InferenceSession.compile_reusing_mefs``)."""
+
+    def __init__(self, monkeypatch):
+        from max.engine import InferenceSession
+
+        self.count = 0
+        original = InferenceSession.compile_reusing_mefs
+
+        def counted(session, *args, **kwargs):
+            self.count += 1
+            return original(session, *args, **kwargs)
+
+        monkeypatch.setattr(InferenceSession, "compile_reusing_mefs", counted)
+
+
+def compiled(step, reference, monkeypatch) -> tuple[object, int]:
+    """DecodeNextLogits on ``reference``'s weights, after the eager checks of TODOs 2-4 pass, once per run;
+    and the number of graphs building it compiled."""
+    if step.__file__ not in _compiled:
+        test_one_row_equals_x_times_w_transposed(step, 192)
+        test_decode_linear_matches_conv1d(step, "one row")
+        test_head_scores_every_token(step)
+        compiles = Compiles(monkeypatch)
+        model, config = decode_model(step, reference)
+        next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
+        _compiled[step.__file__] = (next_logits, compiles.count)
+    return _compiled[step.__file__]
+
+
+def test_logits_match_the_whole_sequence_and_decode_compiles_once(step, monkeypatch):
+    """teacher-forced through both graphs, the logits equal GPT2LMHeadModel's; the decode graph compiles once"""
+    reference = generation_model()
+    next_logits, built = compiled(step, reference, monkeypatch)
+    if built != 1:
+        fail(f"building DecodeNextLogits compiled {built} graphs, expected 1 (the prefill graph; the decode graph "
+             f"waits for the first decode step) — DecodeNextLogits is given code in {shown(step.__file__)}")
+    compiles = Compiles(monkeypatch)
+    ids = np.random.default_rng(16).integers(0, GEN["vocab_size"], size=40).tolist()
+    got = [call(next_logits, ids[:5], what="the prefill of 5 tokens")]
+    for end in range(6, len(ids) + 1):
+        got.append(call(next_logits, ids[:end], what=f"the decode step with {end - 1} cached tokens"))
+        if compiles.count > 1:
+            fail(f"the decode step with {end - 1} cached tokens compiled a graph again ({compiles.count} so far): "
+                 f"the decode graph is compiled once — DecodeNextLogits is given code in {shown(step.__file__)}")
+    if compiles.count != 1 or getattr(next_logits, "decode", None) is None:
+        fail(f"decoding compiled {compiles.count} graphs, expected 1: the decode graph, for one new token "
+             f"— DecodeNextLogits is given code in {shown(step.__file__)}")
+    with torch.no_grad():
+        expected = reference(torch.tensor([ids])).logits[0, 4:].numpy()
+    assert_close(np.stack(got), expected,
+                 "logits through the prefill graph (5 tokens), then the decode graph (1 per step), vs GPT2LMHeadModel over all 40")
+
+
+def test_greedy_matches_hugging_face(step, monkeypatch, record_property):
+    """greedy tokens through both graphs equal Hugging Face's generate, with nothing compiled while decoding"""
+    reference = generation_model()
+    next_logits, _ = compiled(step, reference, monkeypatch)
+    next_logits(list(range(3)))  # a prefill and a decode step: both graphs are compiled
+    next_logits(list(range(4)))
+    compiles = Compiles(monkeypatch)
+    for prompt in ([7, 1, 30], [11, 52, 3, 90, 17, 4, 60]):
+        got = list(solution(13).generate(next_logits, prompt, 32, n_positions=GEN["n_positions"], eos_id=EOS,
+                                         temperature=0.0))
+        expected, scores = hf_greedy(reference, prompt, 32, eos_id=EOS)
+        if note := greedy_agreement(got, expected, scores, f"prompt {prompt}"):
+            print(note)
+    if compiles.count:
+        fail(f"greedy decoding compiled {compiles.count} new graphs — DecodeNextLogits is given code in "
+             f"{shown(step.__file__)}")
+    record_property("greedy", "2 prompts × 32 tokens: = Hugging Face")
