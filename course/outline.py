@@ -28,6 +28,8 @@ OUTLINE = {
     13: "text generation",
     14: "pretrained weights",
     15: "KV cache",
+    # Part II · the Llama family. (Step 16 belongs to Part I and arrives separately.)
+    17: "Llama configuration",
 }
 
 

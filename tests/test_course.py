@@ -536,6 +536,33 @@ PLANTED = {
         r"to_max_layout\('transformer\.wte\.weight', a \[10, 4\] weight\) transposed it; only c_attn, c_proj and "
         r"c_fc weights are stored \[in, out\].* — TODO 4 in ",
     ),
+    # Part II · the Llama family.
+    "Llama context of 2048": (
+        17, "max_position_embeddings: int = 8192", "max_position_embeddings: int = 2048",
+        r"LlamaConfig\(\)\.max_position_embeddings is 2048, but SmolLM2-135M's is 8192 — TODO 1 in ",
+    ),
+    "key/value heads not validated": (
+        17, "if self.num_attention_heads % self.num_key_value_heads != 0:", "if False:",
+        r"LlamaConfig\(hidden_size=576, num_attention_heads=9, num_key_value_heads=2\) was accepted; 9 does not "
+        r"split into 2 equal parts — TODO 2 in ",
+    ),
+    "Llama head_dim as a float": (
+        17, "return self.hidden_size // self.num_attention_heads", "return self.hidden_size / self.num_attention_heads",
+        r"LlamaConfig\.head_dim is 64\.0 for hidden_size=576, .*LlamaAttention uses the int 64 .* — TODO 3 in ",
+    ),
+    "key/value groups upside down": (
+        17, "return self.num_attention_heads // self.num_key_value_heads",
+        "return self.num_key_value_heads // self.num_attention_heads",
+        r"LlamaConfig\.num_key_value_groups is 0 for .*LlamaAttention uses the int 3 .* — TODO 4 in ",
+    ),
+    "rope_theta read as an attribute": (
+        17,
+        ('values = {f.name: getattr(hf_config, f.name) for f in fields(cls) if f.name != "rope_theta"}',
+         'return cls(**values, rope_theta=hf_config.rope_parameters["rope_theta"])'),
+        ("values = {f.name: getattr(hf_config, f.name) for f in fields(cls)}", "return cls(**values)"),
+        r"from_hf read hf_config\.rope_theta, which transformers 5 no longer has: the base is in "
+        r"hf_config\.rope_parameters\[\"rope_theta\"\] \(here 100000\.0\) — TODO 5 in ",
+    ),
 }
 
 
@@ -721,7 +748,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17)
 
 
 def test_every_todo_has_a_planted_bug():
