@@ -30,6 +30,7 @@ OUTLINE = {
     15: "KV cache",
     # Part II · the Llama family. (Step 16 belongs to Part I and arrives separately.)
     17: "Llama configuration",
+    18: "RMS normalization",
 }
 
 
