@@ -31,6 +31,7 @@ OUTLINE = {
     # Part II · the Llama family. (Step 16 belongs to Part I and arrives separately.)
     17: "Llama configuration",
     18: "RMS normalization",
+    19: "rotary position embeddings (RoPE)",
 }
 
 

@@ -589,6 +589,23 @@ PLANTED = {
         18, "eps: float = 1e-5", "eps: float = 1e-6",
         r"the output matches eps = 1e-06, not the eps = 1e-05 .* — TODO 3 in ",
     ),
+    "RoPE base hard-coded to 10000": (
+        19, "1.0 / theta ** (", "1.0 / 10000.0 ** (",
+        r"\(small\): the frequencies use theta = 10000, not the theta = 100000 rope_tables was given .* — TODO 1 in ",
+    ),
+    "RoPE positions ignore past_len": (
+        19, "F.arange(past_len, past_len + seq_len, dtype=DType.float32)", "F.arange(0, seq_len, dtype=DType.float32)",
+        r"cos and sin for 3 tokens after 5 \(small\): past_len is ignored: positions start at 0, not at past_len = 5 "
+        r"— TODO 2 in ",
+    ),
+    "rotate_half the other way": (
+        19, "F.concat([-x2, x1], axis=-1)", "F.concat([x2, -x1], axis=-1)",
+        r"rotate_half\(x\) vs Hugging Face's: the halves come back as \[x2, -x1\].* — TODO 3 in ",
+    ),
+    "rotated half subtracted": (
+        19, "return x * cos + rotate_half(x) * sin", "return x * cos - rotate_half(x) * sin",
+        r"apply_rope\(q, cos, sin\) for 7 tokens after 0 \(small\): the rotated half is subtracted.* — TODO 4 in ",
+    ),
 }
 
 
@@ -774,7 +791,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18)
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19)
 
 
 def test_every_todo_has_a_planted_bug():
