@@ -32,6 +32,7 @@ OUTLINE = {
     17: "Llama configuration",
     18: "RMS normalization",
     19: "rotary position embeddings (RoPE)",
+    20: "SwiGLU feed-forward network",
 }
 
 

@@ -606,6 +606,28 @@ PLANTED = {
         19, "return x * cos + rotate_half(x) * sin", "return x * cos - rotate_half(x) * sin",
         r"apply_rope\(q, cos, sin\) for 7 tokens after 0 \(small\): the rotated half is subtracted.* — TODO 4 in ",
     ),
+    "up_proj with a bias": (
+        20, "self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)",
+        "self.up_proj = Linear(config.hidden_size, config.intermediate_size)",
+        r"LlamaMLP has parameters Llama's checkpoint does not: up_proj\.bias — TODO 1 in ",
+    ),
+    "down_proj with a bias": (
+        20, "Linear(config.intermediate_size, config.hidden_size, bias=False)",
+        "Linear(config.intermediate_size, config.hidden_size)",
+        r"LlamaMLP has parameters Llama's checkpoint does not: down_proj\.bias — TODO 2 in ",
+    ),
+    "gate and up swapped": (
+        20, "F.silu(self.gate_proj(x)) * self.up_proj(x)", "F.silu(self.up_proj(x)) * self.gate_proj(x)",
+        r"\(small\): gate_proj and up_proj trade places.* — TODO 3 in ",
+    ),
+    "GELU in the gate": (
+        20, "F.silu(self.gate_proj(x))", 'F.gelu(self.gate_proj(x), approximate="tanh")',
+        r"\(small\): the activation is GELU \(GPT-2's\).* — TODO 3 in ",
+    ),
+    "SiLU on the product": (
+        20, "F.silu(self.gate_proj(x)) * self.up_proj(x)", "F.silu(self.gate_proj(x) * self.up_proj(x))",
+        r"\(small\): SiLU is applied to the product.* — TODO 3 in ",
+    ),
 }
 
 
@@ -791,7 +813,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19)
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19, 20)
 
 
 def test_every_todo_has_a_planted_bug():
