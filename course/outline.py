@@ -29,6 +29,11 @@ OUTLINE = {
     14: "pretrained weights",
     15: "KV cache",
     16: "decoding at the memory limit",
+    # Part II · the Llama family.
+    17: "Llama configuration",
+    18: "RMS normalization",
+    19: "rotary position embeddings (RoPE)",
+    20: "SwiGLU feed-forward network",
 }
 
 

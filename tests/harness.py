@@ -10,13 +10,13 @@ load per shape even when cached (README, "Why the checks run MAX eagerly").
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
 import sys
 import types
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +44,7 @@ def fail(reason: str):
     pytest.fail(reason, pytrace=False)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Mistake:
     """A common wrong version of the computation a check compares, so that a ✗ can name it.
 
@@ -202,8 +202,9 @@ def build(factory, *args, **kwargs):
         return call(factory, *args, what=f"{factory.__name__}(...)", **kwargs)
 
 
-def load_weights(module, state: dict[str, np.ndarray]) -> None:
-    """Loads checkpoint-named weights, explaining a missing, None or misshapen parameter."""
+def load_weights(module, state: dict[str, np.ndarray], model: str = "GPT-2") -> None:
+    """Loads checkpoint-named weights, explaining a missing, None, misshapen or extra parameter;
+    ``model`` names whose checkpoint the names and shapes are (GPT-2, Llama)."""
     owner = type(module).__name__
     source = _source_file(type(module))
     params = dict(module.parameters)
@@ -213,11 +214,12 @@ def load_weights(module, state: dict[str, np.ndarray]) -> None:
             continue
         todo = todo_named(source, name.split(".")[0])
         if shape is None:
-            fail(f"{_missing(module, name)} — {todo}")
-        fail(f"{owner}.{name} has shape {shape}, but GPT-2's is {list(value.shape)} — {todo}")
+            fail(f"{_missing(module, name, model)} — {todo}")
+        fail(f"{owner}.{name} has shape {shape}, but {model}'s is {list(value.shape)} — {todo}")
     extra = sorted(set(params) - set(state))
     if extra:
-        fail(f"{owner} has parameters GPT-2 does not: {', '.join(extra)} — use the checkpoint's names")
+        todo = todo_named(source, extra[0].split(".")[0])
+        fail(f"{owner} has parameters {model}'s checkpoint does not: {', '.join(extra)} — {todo}")
     module.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
 
 
@@ -235,7 +237,7 @@ def forward(module, *inputs: np.ndarray, what: str | None = None, **kwargs):
         fail(f"{what} gave a value MAX could not compute: {explain_exception(error, None)}")
 
 
-def _missing(module, name: str) -> str:
+def _missing(module, name: str, model: str = "GPT-2") -> str:
     """Why checkpoint parameter ``name`` is not on ``module``: a None or absent attribute."""
     owner, parent, path = type(module).__name__, module, []
     for part in name.split("."):
@@ -245,7 +247,7 @@ def _missing(module, name: str) -> str:
             return f"{owner}.{'.'.join(path)} is still None"
         if parent is _ABSENT:
             break
-    return f"{owner} has no `{name}` (the name GPT-2's checkpoint uses)"
+    return f"{owner} has no `{name}` (the name {model}'s checkpoint uses)"
 
 
 _ABSENT = object()
@@ -259,6 +261,30 @@ def _source_file(obj) -> str | None:
         return inspect.getsourcefile(obj)
     except TypeError:
         return None
+
+
+# --- the configs (steps 01 and 17)
+
+
+def config_class(step, name: str, required: Iterable[str]):
+    """The learner's config class ``name``, once it is a dataclass with every field in ``required``."""
+    cls = attribute(step, name)
+    if not dataclasses.is_dataclass(cls):
+        fail(f"{name} must stay a @dataclass (from_hf and the later steps rely on its fields)")
+    declared = {field.name for field in dataclasses.fields(cls)}
+    for field in required:
+        if field not in declared:
+            fail(f"{name} has no field `{field}` — {todo_named(step.__file__, field)}")
+    return cls
+
+
+def config_property(config, name: str):
+    """Reads a computed property of the learner's config, with a hint if it is not one."""
+    owner = type(config).__name__
+    prop = getattr(type(config), name, None)
+    if not isinstance(prop, property):
+        fail(f"{owner}.{name} must be a @property (the later steps read config.{name})")
+    return call(prop.fget, config, what=f"{owner}.{name}")
 
 
 # --- steps 05-11

@@ -240,3 +240,31 @@ def rounded_logits(model: transformers.GPT2LMHeadModel, name: str, ids: list[int
                 layer.weight.copy_(torch.from_numpy(rounded(layer.weight.numpy().T).T.copy()))  # Conv1D: [in, out]
         hidden = model.transformer(tokens).last_hidden_state[0].numpy()
     return hidden @ rounded(wte).T, exact
+
+
+# --- Part II: the Llama family (steps 17-21)
+
+#: SmolLM2-135M (Hugging Face's HuggingFaceTB/SmolLM2-135M config.json): the default of step 17's LlamaConfig.
+SMOLLM2_135M = dict(
+    hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+    vocab_size=49152, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+)
+#: One small Llama shared by Part II's checks: width 64, 4 query heads of 16 sharing 2 key/value heads.
+#: Its rope_theta is SmolLM2's 100,000, not the 10,000 of the RoPE paper, so a hard-coded base shows.
+LLAMA_SMALL = dict(
+    hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=96, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+)
+LLAMA_CONFIGS = {"small": LLAMA_SMALL, "smollm2-135m": SMOLLM2_135M}
+
+
+def llama_hf_config(**sizes) -> transformers.LlamaConfig:
+    """A Hugging Face Llama config in float32 with the eager attention implementation.
+
+    ``rope_theta`` may be given as a keyword: transformers 5 files it under
+    ``config.rope_parameters["rope_theta"]`` (``config.rope_theta`` itself is None).
+    """
+    vocab = sizes.get("vocab_size", 32000)
+    config = transformers.LlamaConfig(**sizes, bos_token_id=0, eos_token_id=vocab - 1, attention_dropout=0.0)
+    config._attn_implementation = "eager"
+    return config

@@ -553,6 +553,98 @@ PLANTED = {
         r"to_max_layout\('transformer\.wte\.weight', a \[10, 4\] weight\) transposed it; only c_attn, c_proj and "
         r"c_fc weights are stored \[in, out\].* — TODO 4 in ",
     ),
+    # Part II · the Llama family.
+    "Llama context of 2048": (
+        17, "max_position_embeddings: int = 8192", "max_position_embeddings: int = 2048",
+        r"LlamaConfig\(\)\.max_position_embeddings is 2048, but SmolLM2-135M's is 8192 — TODO 1 in ",
+    ),
+    "key/value heads not validated": (
+        17, "if self.num_attention_heads % self.num_key_value_heads != 0:", "if False:",
+        r"LlamaConfig\(hidden_size=576, num_attention_heads=9, num_key_value_heads=2\) was accepted; 9 does not "
+        r"split into 2 equal parts — TODO 2 in ",
+    ),
+    "Llama head_dim as a float": (
+        17, "return self.hidden_size // self.num_attention_heads", "return self.hidden_size / self.num_attention_heads",
+        r"LlamaConfig\.head_dim is 64\.0 for hidden_size=576, .*LlamaAttention uses the int 64 .* — TODO 3 in ",
+    ),
+    "key/value groups upside down": (
+        17, "return self.num_attention_heads // self.num_key_value_heads",
+        "return self.num_key_value_heads // self.num_attention_heads",
+        r"LlamaConfig\.num_key_value_groups is 0 for .*LlamaAttention uses the int 3 .* — TODO 4 in ",
+    ),
+    "rope_theta read as an attribute": (
+        17,
+        ('values = {f.name: getattr(hf_config, f.name) for f in fields(cls) if f.name != "rope_theta"}',
+         'return cls(**values, rope_theta=hf_config.rope_parameters["rope_theta"])'),
+        ("values = {f.name: getattr(hf_config, f.name) for f in fields(cls)}", "return cls(**values)"),
+        r"from_hf read hf_config\.rope_theta, which transformers 5 no longer has: the base is in "
+        r"hf_config\.rope_parameters\[\"rope_theta\"\] \(here 100000\.0\) — TODO 5 in ",
+    ),
+    "RMSNorm with a bias": (
+        18, "self.weight = Tensor.ones([dim])", "self.weight = Tensor.ones([dim])\n        self.bias = Tensor.zeros([dim])",
+        r"RMSNorm has parameters Llama's checkpoint does not: bias — TODO 1 in ",
+    ),
+    "RMSNorm subtracts the mean": (
+        18,
+        ("mean_square = F.mean(x * x, axis=-1)", "return x * F.rsqrt("),
+        ("mean = F.mean(x, axis=-1)\n        mean_square = F.mean((x - mean) * (x - mean), axis=-1)",
+         "return (x - mean) * F.rsqrt("),
+        r"RMSNorm\(64\) vs LlamaRMSNorm: the mean is subtracted, as in LayerNorm: .* — TODO 2, 3 in ",
+    ),
+    "RMSNorm sums the squares": (
+        18, "F.mean(x * x, axis=-1)", "F.sum(x * x, axis=-1)", r"the squares are summed, not averaged.* — TODO 2 in ",
+    ),
+    "RMSNorm eps outside the root": (
+        18, "x * F.rsqrt(mean_square + self.eps)", "x / (1 / F.rsqrt(mean_square) + self.eps)",
+        r"eps is added outside the square root.* — TODO 3 in ",
+    ),
+    "RMSNorm scaled by 1 + weight": (
+        18, "F.rsqrt(mean_square + self.eps) * self.weight", "F.rsqrt(mean_square + self.eps) * (1 + self.weight)",
+        r"the scale is \(1 \+ weight\), as in Gemma's RMSNorm.* — TODO 3 in ",
+    ),
+    "wrong RMSNorm epsilon": (
+        18, "eps: float = 1e-5", "eps: float = 1e-6",
+        r"the output matches eps = 1e-06, not the eps = 1e-05 .* — TODO 3 in ",
+    ),
+    "RoPE base hard-coded to 10000": (
+        19, "1.0 / theta ** (", "1.0 / 10000.0 ** (",
+        r"\(small\): the frequencies use theta = 10000, not the theta = 100000 rope_tables was given .* — TODO 1 in ",
+    ),
+    "RoPE positions ignore past_len": (
+        19, "F.arange(past_len, past_len + seq_len, dtype=DType.float32)", "F.arange(0, seq_len, dtype=DType.float32)",
+        r"cos and sin for 3 tokens after 5 \(small\): past_len is ignored: positions start at 0, not at past_len = 5 "
+        r"— TODO 2 in ",
+    ),
+    "rotate_half the other way": (
+        19, "F.concat([-x2, x1], axis=-1)", "F.concat([x2, -x1], axis=-1)",
+        r"rotate_half\(x\) vs Hugging Face's: the halves come back as \[x2, -x1\].* — TODO 3 in ",
+    ),
+    "rotated half subtracted": (
+        19, "return x * cos + rotate_half(x) * sin", "return x * cos - rotate_half(x) * sin",
+        r"apply_rope\(q, cos, sin\) for 7 tokens after 0 \(small\): the rotated half is subtracted.* — TODO 4 in ",
+    ),
+    "up_proj with a bias": (
+        20, "self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)",
+        "self.up_proj = Linear(config.hidden_size, config.intermediate_size)",
+        r"LlamaMLP has parameters Llama's checkpoint does not: up_proj\.bias — TODO 1 in ",
+    ),
+    "down_proj with a bias": (
+        20, "Linear(config.intermediate_size, config.hidden_size, bias=False)",
+        "Linear(config.intermediate_size, config.hidden_size)",
+        r"LlamaMLP has parameters Llama's checkpoint does not: down_proj\.bias — TODO 2 in ",
+    ),
+    "gate and up swapped": (
+        20, "F.silu(self.gate_proj(x)) * self.up_proj(x)", "F.silu(self.up_proj(x)) * self.gate_proj(x)",
+        r"\(small\): gate_proj and up_proj trade places.* — TODO 3 in ",
+    ),
+    "GELU in the gate": (
+        20, "F.silu(self.gate_proj(x))", 'F.gelu(self.gate_proj(x), approximate="tanh")',
+        r"\(small\): the activation is GELU \(GPT-2's\).* — TODO 3 in ",
+    ),
+    "SiLU on the product": (
+        20, "F.silu(self.gate_proj(x)) * self.up_proj(x)", "F.silu(self.gate_proj(x) * self.up_proj(x))",
+        r"\(small\): SiLU is applied to the product.* — TODO 3 in ",
+    ),
 }
 
 
@@ -738,7 +830,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
 
 
 def test_every_todo_has_a_planted_bug():

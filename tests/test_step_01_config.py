@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import transformers
 
-from harness import attribute, call, fail, todo_in, todo_named
+from harness import call, config_class, config_property, fail, todo_in
 from reference import CONFIGS
 
 pytestmark = pytest.mark.step01
@@ -17,15 +17,7 @@ GIVEN = ("n_inner", "layer_norm_epsilon", "activation_function")
 
 
 def _config_class(step):
-    """The learner's GPT2Config, once it is a dataclass with every field the checks use."""
-    cls = attribute(step, "GPT2Config")
-    if not dataclasses.is_dataclass(cls):
-        fail("GPT2Config must stay a @dataclass (from_hf and the later steps rely on its fields)")
-    declared = {field.name for field in dataclasses.fields(cls)}
-    for name in SIZES + GIVEN:
-        if name not in declared:
-            fail(f"GPT2Config has no field `{name}` — {todo_named(step.__file__, name)}")
-    return cls
+    return config_class(step, "GPT2Config", SIZES + GIVEN)
 
 
 def test_defaults_are_gpt2_small(step):
@@ -38,20 +30,12 @@ def test_defaults_are_gpt2_small(step):
             fail(f"GPT2Config().{name} is {mine!r}, but GPT-2 small's is {theirs!r}")
 
 
-def _property(config, name: str):
-    """Reads a computed property of the learner's config, with a hint if it is not one."""
-    prop = getattr(type(config), name, None)
-    if not isinstance(prop, property):
-        fail(f"GPT2Config.{name} must be a @property (the later steps read config.{name})")
-    return call(prop.fget, config, what=f"GPT2Config.{name}")
-
-
 def test_inner_dim(step):
     """inner_dim is 4 * n_embd by default and n_inner when set"""
     cls = _config_class(step)
     for n_embd, n_inner, expected in [(768, None, 3072), (64, None, 256), (64, 100, 100)]:
         config = call(cls, n_embd=n_embd, n_head=4, n_inner=n_inner, what="GPT2Config(...)")
-        got = _property(config, "inner_dim")
+        got = config_property(config, "inner_dim")
         if got != expected:
             fail(f"inner_dim is {got} for n_embd={n_embd}, n_inner={n_inner}; expected {expected}")
 
@@ -61,7 +45,7 @@ def test_head_dim(step):
     cls = _config_class(step)
     for n_embd, n_head in [(768, 12), (64, 4), (1600, 25)]:
         config = call(cls, n_embd=n_embd, n_head=n_head, what="GPT2Config(...)")
-        got = _property(config, "head_dim")
+        got = config_property(config, "head_dim")
         if got != n_embd // n_head or not isinstance(got, int):
             fail(
                 f"head_dim is {got!r} for n_embd={n_embd}, n_head={n_head}; expected the int "

@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         number = int(args.step) if args.step.isdigit() else None
         if number not in OUTLINE:
-            parser.error(f"step must be a number from 1 to {len(OUTLINE)}, or 'all'")
+            parser.error(f"step must be a number from 1 to {max(OUTLINE)}, or 'all'")
         if number not in available():
             console.print(f"Step {number:02d} ({OUTLINE[number]}) is not in the course yet.")
             return 0
