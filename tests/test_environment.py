@@ -88,6 +88,15 @@ def test_pixi_and_pip_agree(pixi_name):
     )
 
 
+def test_llama_extra_agrees():
+    """pixi's `llama` feature and pyproject's `llama` extra ask for the same llama-cpp-python"""
+    pip = {Requirement(line).name: Requirement(line).specifier for line in PYPROJECT["project"]["optional-dependencies"]["llama"]}
+    pixi = PIXI["feature"]["llama"]["dependencies"]
+    assert set(pixi) == set(pip) == {"llama-cpp-python"}, f"pixi's llama feature {sorted(pixi)}, pip's extra {sorted(pip)}"
+    assert SpecifierSet(pixi["llama-cpp-python"]) == pip["llama-cpp-python"], (pixi, pip)
+    assert PIXI["environments"]["llama"] == ["llama"], PIXI["environments"]
+
+
 def _max_pins(extras: tuple[str, ...]) -> list[SpecifierSet]:
     """What the installed `max` requires of transformers with these extras ("" = none)."""
     pins = []

@@ -307,3 +307,51 @@ def test_a_fault_blames_whose_code_it_is(tmp_path):
     shutil.copy(SOLUTIONS / "step_12_tokenizer.py", tmp_path / "step_12_tokenizer.py")
     theirs = learner_fault(error_from(tmp_path / "step_12_tokenizer.py"), tmp_path)
     assert "check step 12 with `pixi run s12`" in theirs and "solutions failed" not in theirs, theirs
+
+
+# --- llama.cpp, bench's peer (the `llama` extra) -----------------------------------------------
+
+
+@pytest.mark.llama
+def test_llama_cpp_on_the_same_checkpoint_gives_hugging_faces_tokens(checkpoint, tmp_path):
+    """the checkpoint written as GGUF (f32) gives Hugging Face's greedy tokens in llama.cpp"""
+    from course.programs import llama
+
+    assert llama.version(), f"llama-cpp-python is not installed: {llama.INSTALL}"
+    from transformers import GPT2LMHeadModel
+
+    reference = GPT2LMHeadModel.from_pretrained(checkpoint).eval()
+    eos = reference.config.eos_token_id
+    gguf = llama.write_f32(checkpoint, tmp_path / "model-f32.gguf")
+    for prompt in ([7, 1, 30], [11, 52, 3, 90, 17, 4, 60]):
+        _, got = llama.time_generation(gguf, prompt, 24, GEN["n_positions"])
+        expected, scores = hf_greedy(reference, prompt, 24, eos_id=eos)
+        got = got[: got.index(eos) + 1] if eos in got else got  # llama.cpp's generate does not stop at the end token
+        if note := greedy_agreement(got, expected, scores, f"llama.cpp, prompt {prompt}"):
+            print(note)
+
+
+@pytest.mark.llama
+def test_bench_times_llama_cpp_beside_ours(checkpoint):
+    """`bench --model DIR --quantize q4_0 --json` with llama.cpp: its rows, and ours against its same format"""
+    result = subprocess.run(
+        [sys.executable, "-m", "course.programs.bench", "--model", str(checkpoint), "--rounds", "1",
+         "--new-tokens", "8", "--quantize", "q4_0", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert list(out) == ["hf", "no_cache", "cache", "decode", "cache_q4_0", "llama_f32", "llama_q4_0"], out
+    for ours, peer in (("cache", "llama_f32"), ("decode", "llama_f32"), ("cache_q4_0", "llama_q4_0")):
+        ratio = out[ours]["decode_tok_s"] / out[peer]["decode_tok_s"]
+        assert abs(out[ours]["vs_llama_cpp"] - ratio) < 1e-2, (ours, out[ours], out[peer])
+    assert out["llama_f32"]["tokens"][:4] == out["hf"]["tokens"][:4], out
+
+
+def test_bench_without_llama_cpp_says_how_to_add_it():
+    """without llama-cpp-python, bench names the extra that adds it, in one line, and runs on"""
+    code = ("import sys; sys.modules['llama_cpp'] = None\n"
+            "from course.programs import llama; print(llama.version()); print(llama.INSTALL)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    version, install = result.stdout.splitlines()
+    assert version == "None" and 'pip install -e ".[llama]"' in install and "pixi run -e llama bench" in install, result.stdout

@@ -59,6 +59,9 @@ from course.outline import ROOT, SOLUTIONS
 PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)",
          "decode": "ours, decode graph (step 16)"}
 PATHS |= {f"cache_{name}": f"ours, KV cache, {name} weights" for name in QUANTIZE}
+PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
+#: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
+PEERS = {"cache": "llama_f32", "decode": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
 err = Console(stderr=True, highlight=False)
 
 
@@ -68,10 +71,19 @@ def _prompt(n: int, vocab: int) -> list[int]:
     return np.random.default_rng(12).integers(0, vocab, size=n).tolist()
 
 
-def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: str, eval_tokens: int) -> dict:
+def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: str, eval_tokens: int,
+           gguf_dir: str | None = None) -> dict:
     """One path in this process: warm up, then time one greedy generation; with ``eval_tokens``,
     score that many held-out tokens too."""
-    if path == "hf":
+    if path.startswith("llama_"):
+        from course.programs import llama
+
+        config = json.loads((Path(model) / "config.json").read_text())
+        prompt = _prompt(prompt_tokens, config["vocab_size"])
+        gguf = Path(gguf_dir) / f"model-{path.removeprefix('llama_')}.gguf"
+        times, tokens = llama.time_generation(gguf, prompt, new_tokens, config["n_positions"])
+        result = {"compile_s": 0.0}
+    elif path == "hf":
         import torch
         import transformers
 
@@ -182,6 +194,7 @@ def _run_worker(path: str, args, model: str, accuracy: bool = False) -> dict:
     command = [sys.executable, "-m", "course.programs.bench", "--worker", path, "--new-tokens", str(args.new_tokens),
                "--prompt-tokens", str(args.prompt_tokens), "--device", args.device, "--model", model,
                "--eval-tokens", str(args.eval_tokens if accuracy else 0)]
+    command += ["--gguf-dir", args.gguf_dir] if args.gguf_dir else []
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -213,6 +226,7 @@ def _median(runs: list[dict]) -> dict:
 def plot(results: dict, file: Path) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
     colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
+    colors |= {"llama_f32": "#5f6368", "llama_q4_0": "#81c995", "llama_q4_k": "#c58af9", "llama_q6_k": "#f28b82"}
     curves = {}
     for path, r in results.items():
         total, points = 0.0, []
@@ -259,15 +273,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", type=Path, help="write decode tok/s against generated length as an SVG")
     p.add_argument("--eval-tokens", type=int, default=1024, help="with --quantize: held-out tokens each format is scored on")
     p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)
+    p.add_argument("--gguf-dir", help=argparse.SUPPRESS)  # where the llama.cpp paths' GGUF files are
     args = p.parse_args(argv)
     if args.worker:
-        result = worker(args.worker, args.new_tokens, args.prompt_tokens, args.device, args.model, args.eval_tokens)
+        result = worker(args.worker, args.new_tokens, args.prompt_tokens, args.device, args.model, args.eval_tokens,
+                        args.gguf_dir)
         print(json.dumps(result))
         return 0
     if args.new_tokens < 3 or args.prompt_tokens < 1 or args.rounds < 1:
         raise SystemExit("bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more")
     _refuse_unfair_gpu(args.device)
     paths = ["hf", "no_cache", "cache", "decode", *(f"cache_{name}" for name in args.quantize)]
+    from course.programs import llama
+
+    peer = llama.version()
+    if peer is None:
+        err.print(f"[dim]llama.cpp is not installed, so bench times no peer: {llama.INSTALL}.[/]")
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         model = args.model
         if model is not None:  # a Hub id, a folder or `course`, found (downloaded) once for every path
@@ -282,9 +303,16 @@ def main(argv: list[str] | None = None) -> int:
 
             with err.status(f"Writing GPT-2 small's sizes ({args.layers} layers) with random weights as a checkpoint …"):
                 model = str(random_checkpoint(Path(scratch) / "random-gpt2", n_layer=args.layers))
+        if peer is not None:  # the same checkpoint as GGUF, beside it in the scratch folder the workers read
+            with err.status("Writing the checkpoint as GGUF for llama.cpp (f32, then its own quantizer) …"):
+                llama.files(Path(model), Path(scratch), list(args.quantize))
+            args.gguf_dir = scratch
+            paths += ["llama_f32", *(f"llama_{name}" for name in args.quantize)]
         runs = _run_all(paths, args, model)
     results = {path: _median(r) for path, r in runs.items()}
     hf = results["hf"]["decode_tok_s"]
+    vs_peer = {path: r["decode_tok_s"] / results[PEERS[path]]["decode_tok_s"] for path, r in results.items()
+               if PEERS.get(path) in results}
     perplexities = _perplexities(results)
     if args.plot:
         plot(results, args.plot)
@@ -293,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         for path, r in results.items():
             out[path] = {"prefill_ms": round(r["prefill_ms"], 2), "decode_tok_s": round(r["decode_tok_s"], 2),
                          "vs_hf": round(r["decode_tok_s"] / hf, 3), "tokens": r["tokens"]}
+            if path in vs_peer:
+                out[path]["vs_llama_cpp"] = round(vs_peer[path], 3)
             if "accuracy" in r:
                 out[path] |= {"top1_vs_fp32": round(r["accuracy"]["top1"], 4), "max_logit_err": round(r["accuracy"]["max_abs_err"], 4)}
             if path in perplexities:
@@ -301,18 +331,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     weights = f"{args.model}'s weights" if args.model else f"{args.layers} layers, random weights"
     table = Table(title=f"GPT-2 ({weights}, {args.device}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
-    columns = ["path", "prefill ms", "decode tok/s", "× Hugging Face"]
+    columns = ["path", "prefill ms", "decode tok/s", "× Hugging Face"] + (["× llama.cpp"] if vs_peer else [])
     columns += ["perplexity", "top-1 vs fp32", "max |Δ logit|"] if args.quantize else []
     for column in columns:
         table.add_column(column, justify="left" if column == "path" else "right")
     for path, r in results.items():
         row = [PATHS[path], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}"]
+        row += [f"{vs_peer[path]:.2f}" if path in vs_peer else ""] if vs_peer else []
         if args.quantize:
             a = r.get("accuracy")
             row.append(f"{perplexities[path]:.2f}" if path in perplexities else "")
             row += [f"{round(a['top1'] * a['steps'])}/{a['steps']}", f"{a['max_abs_err']:.3f}"] if a else ["", ""]
         table.add_row(*row)
     Console(highlight=False).print(table)
+    threads = llama.threads()
+    err.print(f"[dim]Threads: {threads} for every engine (MAX's and PyTorch's default, llama.cpp's n_threads). "
+              + (f"llama.cpp: llama-cpp-python {peer}, GGUF written from the same checkpoint, quantized by "
+                 f"llama_model_quantize with every tensor in the one format (pure). " if peer else "")
+              + f"Command: {' '.join(['python -m course.programs.bench', *(argv if argv is not None else sys.argv[1:])])}[/]")
     if args.quantize:
         a = next(r["accuracy"] for r in results.values() if "accuracy" in r)
         err.print(f"[dim]Every row scores the same {a['steps']} next tokens of held-out text (lower perplexity is better; "
