@@ -23,7 +23,7 @@ times a column:
 
 The second form walks W row after row, in memory order, each row a dot product
 with the same ``x``: one streaming pass over the weights. Measured with MAX
-26.7 on 2 cores it decodes GPT-2 small's sizes about 1.4x faster than step 15
+26.7 on 2 cores it decodes GPT-2 small's sizes about 1.5x faster than step 15
 (``pixi run bench``).
 
 This step:

@@ -1,4 +1,4 @@
-"""``pixi run bench``: decode speed of Hugging Face, ours without a cache, and ours with the KV cache.
+"""``pixi run bench``: decode speed of Hugging Face, ours without a cache, with the KV cache, and with step 16's decode graph.
 
     pixi run bench                         # GPT-2 small's sizes, random weights, 3 rounds
     pixi run bench --new-tokens 512 --rounds 5 --json
@@ -6,6 +6,7 @@
     pixi run bench --quantize q4_0 q4_k q6_k   # add the quantized paths and their accuracy
     pixi run bench --model course --quantize q4_0 q4_k q6_k   # perplexity on the book's held-out text
     pixi run bench --model gpt2 --quantize q6_k # real weights (downloaded once), not random ones
+    pixi run -e llama bench --quantize q4_0     # llama.cpp on the same checkpoint too (the `llama` extra)
 
 Fair by construction:
 
@@ -25,7 +26,13 @@ Fair by construction:
 
 Hugging Face runs ``GPT2LMHeadModel.generate`` (greedy, with its cache); its step
 times come from a logits processor called once per token. Ours run
-``solutions/``: step 13's loop over step 13's graph (no cache) or step 15's.
+``solutions/``: step 13's loop over step 13's graph (no cache), step 15's, or step
+16's two graphs (the prefill's, and one for a single new token).
+
+With ``llama-cpp-python`` installed (the ``llama`` extra), llama.cpp runs the same
+checkpoint as a peer: written as GGUF, float32 and each ``--quantize`` format
+(``course.programs.llama``), timed the same way in its own process on the same prompt
+ids and thread count; a "× llama.cpp" column compares ours with it, format for format.
 
 ``--quantize`` adds step 15's cached model with its weights in GGUF block formats
 (``course.programs.quantize``), one path per format. Its accuracy cost is measured once,
