@@ -11,6 +11,7 @@ load per shape even when cached (README, "Why the checks run MAX eagerly").
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -192,6 +193,29 @@ def call(fn, *args, what: str | None = None, **kwargs):
     if result is None and not isinstance(fn, type):
         fail(f"{what} returned None — finish {todo_in(getattr(fn, 'forward', fn))}")
     return result
+
+
+@contextlib.contextmanager
+def counting_compiles():
+    """While active, counts the graphs MAX compiles or loads: yields a list that grows by one for each.
+
+    Every graph (``Module.compile``, or an eager op MAX cannot interpret) goes through
+    ``InferenceSession.compile_reusing_mefs``.
+    """
+    from max.engine import InferenceSession
+
+    loads: list[int] = []
+    original = InferenceSession.compile_reusing_mefs
+
+    def counted(session, *args, **kwargs):
+        loads.append(1)
+        return original(session, *args, **kwargs)
+
+    InferenceSession.compile_reusing_mefs = counted
+    try:
+        yield loads
+    finally:
+        InferenceSession.compile_reusing_mefs = original
 
 
 def build(factory, *args, **kwargs):

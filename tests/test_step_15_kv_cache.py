@@ -40,7 +40,7 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Block
 from course.check.hints import explain_exception, shown
 from course.runtime import from_numpy, to_numpy
 from harness import (
-    ATOL, RTOL, Mistake, assert_close, attribute, build, call, fail, greedy_agreement, load_weights, matching_mistake,
+    ATOL, RTOL, Mistake, assert_close, attribute, build, call, counting_compiles, fail, greedy_agreement, load_weights, matching_mistake,
     solution, todo_in,
 )
 from reference import (
@@ -358,24 +358,12 @@ def compile_cached(step, reference) -> tuple[object, int]:
     """The learner's cached model with ``reference``'s weights, compiled by the step's given code,
     once it passes the eager check (a wrong model is never compiled: that would take minutes);
     and the number of graphs MAX compiled or loaded to build it."""
-    from max.engine import InferenceSession
-
     check_model_eagerly(step, generation_model())
     config = solution(1).GPT2Config.from_hf(reference.config)
     model = build(attribute(step, "CachedGPT2LMHeadModel"), config)
     load_weights(model, to_max_state(reference))
-    loads = []  # each graph MAX compiles goes through this method (Module.compile -> CompiledCallable)
-    original = InferenceSession.compile_reusing_mefs
-
-    def counted(session, *args, **kwargs):
-        loads.append(1)
-        return original(session, *args, **kwargs)
-
-    InferenceSession.compile_reusing_mefs = counted
-    try:
+    with counting_compiles() as loads:
         next_logits = call(attribute(step, "CachedNextLogits"), model, config)
-    finally:
-        InferenceSession.compile_reusing_mefs = original
     return next_logits, len(loads)
 
 

@@ -25,7 +25,9 @@ import transformers
 from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
 from course.check.hints import shown
-from harness import Mistake, assert_close, attribute, build, call, fail, forward, greedy_agreement, load_weights, solution
+from harness import (
+    Mistake, assert_close, attribute, build, call, counting_compiles, fail, forward, greedy_agreement, load_weights, solution,
+)
 from reference import GEN, GPT2_SMALL, SMALL, generation_model, hf_config, hf_greedy, hidden_states, seeded, to_max_state
 
 pytestmark = pytest.mark.step16
@@ -142,53 +144,37 @@ def test_head_scores_every_token(step):
 # --- the compiled model ----------------------------------------------------------------------
 
 
-class Compiles:
-    """Counts the graphs MAX compiles or loads (each goes through ``InferenceSession.compile_reusing_mefs``)."""
-
-    def __init__(self, monkeypatch):
-        from max.engine import InferenceSession
-
-        self.count = 0
-        original = InferenceSession.compile_reusing_mefs
-
-        def counted(session, *args, **kwargs):
-            self.count += 1
-            return original(session, *args, **kwargs)
-
-        monkeypatch.setattr(InferenceSession, "compile_reusing_mefs", counted)
-
-
-def compiled(step, reference, monkeypatch) -> tuple[object, int]:
+def compiled(step, reference) -> tuple[object, int]:
     """DecodeNextLogits on ``reference``'s weights, after the eager checks of TODOs 2-4 pass, once per run;
     and the number of graphs building it compiled."""
     if step.__file__ not in _compiled:
         test_one_row_equals_x_times_w_transposed(step, 192)
         test_decode_linear_matches_conv1d(step, "one row")
         test_head_scores_every_token(step)
-        compiles = Compiles(monkeypatch)
         model, config = decode_model(step, reference)
-        next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
-        _compiled[step.__file__] = (next_logits, compiles.count)
+        with counting_compiles() as loads:
+            next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
+        _compiled[step.__file__] = (next_logits, len(loads))
     return _compiled[step.__file__]
 
 
-def test_logits_match_the_whole_sequence_and_decode_compiles_once(step, monkeypatch):
+def test_logits_match_the_whole_sequence_and_decode_compiles_once(step):
     """teacher-forced through both graphs, the logits equal GPT2LMHeadModel's; the decode graph compiles once"""
     reference = generation_model()
-    next_logits, built = compiled(step, reference, monkeypatch)
+    next_logits, built = compiled(step, reference)
     if built != 1:
         fail(f"building DecodeNextLogits compiled {built} graphs, expected 1 (the prefill graph; the decode graph "
              f"waits for the first decode step) — DecodeNextLogits is given code in {shown(step.__file__)}")
-    compiles = Compiles(monkeypatch)
     ids = np.random.default_rng(16).integers(0, GEN["vocab_size"], size=40).tolist()
-    got = [call(next_logits, ids[:5], what="the prefill of 5 tokens")]
-    for end in range(6, len(ids) + 1):
-        got.append(call(next_logits, ids[:end], what=f"the decode step with {end - 1} cached tokens"))
-        if compiles.count > 1:
-            fail(f"the decode step with {end - 1} cached tokens compiled a graph again ({compiles.count} so far): "
-                 f"the decode graph is compiled once — DecodeNextLogits is given code in {shown(step.__file__)}")
-    if compiles.count != 1 or getattr(next_logits, "decode", None) is None:
-        fail(f"decoding compiled {compiles.count} graphs, expected 1: the decode graph, for one new token "
+    with counting_compiles() as compiles:
+        got = [call(next_logits, ids[:5], what="the prefill of 5 tokens")]
+        for end in range(6, len(ids) + 1):
+            got.append(call(next_logits, ids[:end], what=f"the decode step with {end - 1} cached tokens"))
+            if len(compiles) > 1:
+                fail(f"the decode step with {end - 1} cached tokens compiled a graph again ({len(compiles)} so far): "
+                     f"the decode graph is compiled once — DecodeNextLogits is given code in {shown(step.__file__)}")
+    if len(compiles) != 1 or getattr(next_logits, "decode", None) is None:
+        fail(f"decoding compiled {len(compiles)} graphs, expected 1: the decode graph, for one new token "
              f"— DecodeNextLogits is given code in {shown(step.__file__)}")
     with torch.no_grad():
         expected = reference(torch.tensor([ids])).logits[0, 4:].numpy()
@@ -196,20 +182,20 @@ def test_logits_match_the_whole_sequence_and_decode_compiles_once(step, monkeypa
                  "logits through the prefill graph (5 tokens), then the decode graph (1 per step), vs GPT2LMHeadModel over all 40")
 
 
-def test_greedy_matches_hugging_face(step, monkeypatch, record_property):
+def test_greedy_matches_hugging_face(step, record_property):
     """greedy tokens through both graphs equal Hugging Face's generate, with nothing compiled while decoding"""
     reference = generation_model()
-    next_logits, _ = compiled(step, reference, monkeypatch)
+    next_logits, _ = compiled(step, reference)
     next_logits(list(range(3)))  # a prefill and a decode step: both graphs are compiled
     next_logits(list(range(4)))
-    compiles = Compiles(monkeypatch)
     for prompt in ([7, 1, 30], [11, 52, 3, 90, 17, 4, 60]):
-        got = list(solution(13).generate(next_logits, prompt, 32, n_positions=GEN["n_positions"], eos_id=EOS,
-                                         temperature=0.0))
+        with counting_compiles() as compiles:
+            got = list(solution(13).generate(next_logits, prompt, 32, n_positions=GEN["n_positions"], eos_id=EOS,
+                                             temperature=0.0))
+        if compiles:
+            fail(f"greedy decoding after the prompt {prompt} compiled {len(compiles)} new graphs — DecodeNextLogits is "
+                 f"given code in {shown(step.__file__)}")
         expected, scores = hf_greedy(reference, prompt, 32, eos_id=EOS)
         if note := greedy_agreement(got, expected, scores, f"prompt {prompt}"):
             print(note)
-    if compiles.count:
-        fail(f"greedy decoding compiled {compiles.count} new graphs — DecodeNextLogits is given code in "
-             f"{shown(step.__file__)}")
     record_property("greedy", "2 prompts × 32 tokens: = Hugging Face")
