@@ -164,11 +164,14 @@ def test_pixi_task_targets_exist(task, argv):
 
 
 def test_readme_pixi_commands_are_tasks():
-    """every `pixi run X` in the README is a task in pixi.toml"""
-    named = set(re.findall(r"pixi run ([\w-]+)", README))
-    assert named, "the README names no pixi task"
-    missing = sorted(name for name in named if name not in PIXI["tasks"] and name != "sNN")
+    """every `pixi run [-e ENV] X` in the README is a task in pixi.toml, and every ENV one of its environments"""
+    runs = re.findall(r"pixi run (?:-e ([\w-]+) )?([\w-]+)", README)
+    assert runs, "the README names no pixi task"
+    missing = sorted({task for _, task in runs if task not in PIXI["tasks"] and task != "sNN"})
     assert not missing, f"the README names pixi tasks that do not exist: {missing}"
+    environments = {env for env, _ in runs if env}
+    unknown = sorted(environments - set(PIXI.get("environments", {})))
+    assert not unknown, f"the README names pixi environments that pixi.toml does not define: {unknown}"
 
 
 def test_readme_pytest_command_runs_as_printed():
