@@ -34,6 +34,8 @@ OUTLINE = {
     18: "RMS normalization",
     19: "rotary position embeddings (RoPE)",
     20: "SwiGLU feed-forward network",
+    21: "grouped-query attention",
+    22: "the Llama model and its head",
 }
 
 

@@ -238,13 +238,24 @@ def load_weights(module, state: dict[str, np.ndarray], model: str = "GPT-2") -> 
             continue
         todo = todo_named(source, name.split(".")[0])
         if shape is None:
-            fail(f"{_missing(module, name, model)} — {todo}")
+            missing, part = _missing(module, name, model)
+            fail(f"{missing} — {todo_named(source, part) if part else todo}")
         fail(f"{owner}.{name} has shape {shape}, but {model}'s is {list(value.shape)} — {todo}")
     extra = sorted(set(params) - set(state))
     if extra:
         todo = todo_named(source, extra[0].split(".")[0])
         fail(f"{owner} has parameters {model}'s checkpoint does not: {', '.join(extra)} — {todo}")
     module.load_state_dict({name: runtime.from_numpy(value) for name, value in state.items()})
+
+
+def llama_twin(step, name: str, reference, hf_config):
+    """The learner's Part II class ``name``, built from ``hf_config`` through step 17's LlamaConfig, with
+    the Hugging Face ``reference``'s weights loaded by name: the module a check compares with ``reference``."""
+    from reference import to_max_state
+
+    mine = build(attribute(step, name), solution(17).LlamaConfig.from_hf(hf_config))
+    load_weights(mine, to_max_state(reference), model="Llama")
+    return mine
 
 
 def forward(module, *inputs: np.ndarray, what: str | None = None, **kwargs):
@@ -261,17 +272,18 @@ def forward(module, *inputs: np.ndarray, what: str | None = None, **kwargs):
         fail(f"{what} gave a value MAX could not compute: {explain_exception(error, None)}")
 
 
-def _missing(module, name: str, model: str = "GPT-2") -> str:
-    """Why checkpoint parameter ``name`` is not on ``module``: a None or absent attribute."""
+def _missing(module, name: str, model: str = "GPT-2") -> tuple[str, str | None]:
+    """Why checkpoint parameter ``name`` is not on ``module`` (a None or absent attribute), and the
+    attribute still None, whose TODO is the one to name (None when one is absent)."""
     owner, parent, path = type(module).__name__, module, []
     for part in name.split("."):
         path.append(part)
         parent = getattr(parent, part, _ABSENT)
         if parent is None:
-            return f"{owner}.{'.'.join(path)} is still None"
+            return f"{owner}.{'.'.join(path)} is still None", part
         if parent is _ABSENT:
             break
-    return f"{owner} has no `{name}` (the name {model}'s checkpoint uses)"
+    return f"{owner} has no `{name}` (the name {model}'s checkpoint uses)", None
 
 
 _ABSENT = object()

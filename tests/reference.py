@@ -49,8 +49,10 @@ def hf_config(**sizes) -> transformers.GPT2Config:
     return config
 
 
-def hf_causal_mask(seq_len: int, past_len: int = 0, sizes: dict | None = None) -> np.ndarray:
-    """The additive ``[seq_len, past_len + seq_len]`` mask that ``GPT2Model`` builds.
+def hf_causal_mask(seq_len: int, past_len: int = 0, sizes: dict | None = None, *,
+                   config: transformers.PreTrainedConfig | None = None) -> np.ndarray:
+    """The additive ``[seq_len, past_len + seq_len]`` mask that ``GPT2Model`` builds (``LlamaModel``'s,
+    given a Llama ``config``).
 
     ``GPT2Attention`` and ``GPT2Block`` called on their own are *not* causal: the mask
     comes from ``GPT2Model``, through ``create_causal_mask``. This calls it as the model
@@ -61,15 +63,15 @@ def hf_causal_mask(seq_len: int, past_len: int = 0, sizes: dict | None = None) -
     share: with the eager attention implementation the mask is always materialized, so
     no version-specific argument (5.13's ``allow_is_causal_skip``) is needed.
     """
-    config = hf_config(**(sizes or SMALL))
-    head_dim = config.n_embd // config.n_head
+    config = config or hf_config(**(sizes or SMALL))
+    head_dim = config.hidden_size // config.num_attention_heads
     cache = DynamicCache(config=config)
     if past_len:
-        past = torch.zeros(1, config.n_head, past_len, head_dim)
+        past = torch.zeros(1, getattr(config, "num_key_value_heads", config.num_attention_heads), past_len, head_dim)
         cache.update(past, past, 0)
     mask = create_causal_mask(
         config=config,
-        inputs_embeds=torch.zeros(1, seq_len, config.n_embd),
+        inputs_embeds=torch.zeros(1, seq_len, config.hidden_size),
         attention_mask=None,
         past_key_values=cache,
         position_ids=torch.arange(past_len, past_len + seq_len)[None],

@@ -645,6 +645,58 @@ PLANTED = {
         20, "F.silu(self.gate_proj(x)) * self.up_proj(x)", "F.silu(self.gate_proj(x) * self.up_proj(x))",
         r"\(small\): SiLU is applied to the product.* — TODO 3 in ",
     ),
+    "k_proj as wide as q_proj": (
+        21, "self.k_proj = Linear(config.hidden_size, self.n_kv_head * self.head_dim, bias=False)",
+        "self.k_proj = Linear(config.hidden_size, self.n_head * self.head_dim, bias=False)",
+        r"LlamaAttention\.k_proj\.weight has shape \[64, 64\], but Llama's is \[32, 64\] — TODO 1 in ",
+    ),
+    "key/value heads tiled": (
+        21, "copies = F.concat([copies] * groups, axis=2)\n        return copies.reshape([batch, heads * groups, seq_len, head_dim])",
+        "return F.concat([x] * groups, axis=1)",
+        r"repeat_kv\(k\) for 2 key/value heads, 2 query heads each \(small-kv2\): the key/value heads are tiled"
+        r".* — TODO 2 in ",
+    ),
+    "RoPE on v too": (
+        21, "q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)",
+        "q, k, v = apply_rope(q, cos, sin), apply_rope(k, cos, sin), apply_rope(v, cos, sin)",
+        r"attention output for 7 tokens vs Hugging Face LlamaAttention \(small-kv1\): v is rotated too.* — TODO 3 in ",
+    ),
+    "RoPE after the scores": (
+        21, ("        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)\n", "y = self.attend(q, self.repeat_kv(k), self.repeat_kv(v))"),
+        ("", "y = apply_rope(self.attend(q, self.repeat_kv(k), self.repeat_kv(v)), cos, sin)"),
+        r"\(small-kv1\): RoPE is applied to the attention's output, after the scores.* — TODO 3 in ",
+    ),
+    "rope_theta hard-coded": (
+        21, "cos, sin = rope_tables(self.head_dim, self.rope_theta, x.shape[1])",
+        "cos, sin = rope_tables(self.head_dim, 10000.0, x.shape[1])",
+        r"\(small-kv1\): RoPE uses theta = 10000, not the config's rope_theta \(100000\).* — TODO 3 in ",
+    ),
+    "attention named attn": (
+        22, "self.self_attn = LlamaAttention(config)", "self.attn = LlamaAttention(config)",
+        r"LlamaDecoderLayer has no `self_attn\.q_proj\.weight` \(the name Llama's checkpoint uses\) — TODO 1 in ",
+    ),
+    "layer norms swapped": (
+        22, ("residual(x, self.input_layernorm, self.self_attn)", "residual(x, self.post_attention_layernorm, self.mlp)"),
+        ("residual(x, self.post_attention_layernorm, self.self_attn)", "residual(x, self.input_layernorm, self.mlp)"),
+        r"\(small\): the norms trade places.* — TODO 2 in ",
+    ),
+    "embeddings named wte": (
+        22, "self.embed_tokens = Embedding(", "self.wte = Embedding(",
+        r"LlamaModel has no `embed_tokens\.weight` \(the name Llama's checkpoint uses\) — TODO 3 in ",
+    ),
+    "no final norm": (
+        22, "return self.norm(x)", "return x",
+        r"LlamaModel output for 7 tokens vs Hugging Face's: the final norm is missing.* — TODO 4 in ",
+    ),
+    "lm_head when tied": (
+        22, "        if not config.tie_word_embeddings:\n            self.lm_head",
+        "        self.lm_head",
+        r"LlamaForCausalLM has parameters Llama's checkpoint does not: lm_head\.weight — TODO 5 in ",
+    ),
+    "untied head uses the embeddings": (
+        22, "return self.lm_head(hidden)", "return hidden @ self.model.embed_tokens.weight.T",
+        r"\(untied\): the head multiplies by embed_tokens' matrix.* — TODO 6 in ",
+    ),
 }
 
 
@@ -830,7 +882,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22)
 
 
 def test_every_todo_has_a_planted_bug():

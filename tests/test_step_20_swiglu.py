@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import LlamaMLP
 
-from harness import Mistake, assert_close, attribute, build, forward, load_weights, solution
-from reference import LLAMA_CONFIGS, hidden_states, llama_hf_config, run, seeded, to_max_state
+from harness import Mistake, assert_close, forward, llama_twin
+from reference import LLAMA_CONFIGS, hidden_states, llama_hf_config, run, seeded
 
 pytestmark = pytest.mark.step20
 
@@ -52,8 +52,7 @@ def test_matches_llama_mlp(step, name):
     """LlamaMLP matches Hugging Face's LlamaMLP on the same weights"""
     hf = llama_hf_config(**LLAMA_CONFIGS[name])
     reference = seeded(LlamaMLP(hf), seed=20)
-    mine = build(attribute(step, "LlamaMLP"), solution(17).LlamaConfig.from_hf(hf))
-    load_weights(mine, to_max_state(reference), model="Llama")
+    mine = llama_twin(step, "LlamaMLP", reference, hf)
     x = hidden_states(2, 5, hf.hidden_size)
     assert_close(forward(mine, x), run(reference, x), f"LlamaMLP output vs Hugging Face LlamaMLP ({name})",
                  mistakes=mistakes(reference, x), step=step)
