@@ -51,6 +51,15 @@ COURSE = "course"
 #: config.json settings the course's GPT-2 does not compute: key -> the values it does (first: the default).
 COMPUTED = {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "tie_word_embeddings": (True,),
             "scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx": (False,)}
+#: The same for Part II's Llama (steps 17-23): no biases, SiLU, RoPE without scaling and with rotate-half pairs.
+LLAMA_COMPUTED = {"hidden_act": ("silu",), "attention_bias": (False,), "mlp_bias": (False,),
+                  "rope_scaling": (None,), "rope_interleaved": (False,), "pretraining_tp": (1,)}
+#: Each model family the course builds: its config.json model_type -> what it does not compute, its name, the
+#: step that loads it.
+FAMILIES = {"gpt2": (COMPUTED, "GPT-2", "step 14"), "llama": (LLAMA_COMPUTED, "Llama", "step 23")}
+#: The sizes a checkpoint error quotes from the config, where the config has them (GPT-2's or Llama's names).
+SIZE_NAMES = ("n_layer", "num_hidden_layers", "n_embd", "hidden_size", "num_attention_heads", "num_key_value_heads",
+              "vocab_size", "n_positions", "max_position_embeddings")
 
 
 class CheckpointError(Exception):
@@ -71,19 +80,31 @@ class Checkpoint:
     @property
     def config(self) -> dict:
         """config.json as a dict, refused where it asks for something the course's GPT-2 does not compute."""
+        return self.config_of("gpt2")
+
+    def config_of(self, family: str) -> dict:
+        """config.json as a dict, refused unless it describes a model of ``family`` ("gpt2" or "llama", a
+        key of FAMILIES) that the course's model of that family computes."""
         path = self.folder / CONFIG
+        computed, course_model, _ = FAMILIES[family]
         try:
             values = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise CheckpointError(f"{path} cannot be read as JSON: {one_line(error)}") from None
         if not isinstance(values, dict):
-            raise CheckpointError(f"{path} holds a JSON {type(values).__name__}, not GPT-2's settings")
-        if values.get("model_type", "gpt2") != "gpt2":
-            raise CheckpointError(f"{path} describes a {values['model_type']!r} model; this course builds GPT-2")
-        for key, allowed in COMPUTED.items():
+            raise CheckpointError(f"{path} holds a JSON {type(values).__name__}, not a model's settings")
+        found = values.get("model_type", "gpt2" if family == "gpt2" else None)
+        if found != family:
+            where = (f"; the course loads {FAMILIES[found][1]} checkpoints in {FAMILIES[found][2]}"
+                     if found in FAMILIES else "")
+            raise CheckpointError(f"{path} describes a {found!r} model; this loader builds the course's "
+                                  f"{course_model} (model_type {family!r}){where}")
+        for key, allowed in computed.items():
             if values.get(key, allowed[0]) not in allowed:
-                raise CheckpointError(f"{path} sets {key}={values[key]!r}; the course's GPT-2 computes "
+                raise CheckpointError(f"{path} sets {key}={values[key]!r}; the course's {course_model} computes "
                                       f"{key}={allowed[0]!r} only")
+        if family == "llama":
+            _check_llama_shapes(values, path)
         return values
 
     def read_weights(self) -> dict[str, np.ndarray]:
@@ -182,6 +203,20 @@ def _from_tokenizer_json(path: Path) -> tuple[dict[str, int], list[tuple[str, st
 # --- vetting ------------------------------------------------------------------------------------
 
 
+def _check_llama_shapes(values: dict, path: Path) -> None:
+    """RoPE without scaling, and heads of hidden_size / num_attention_heads: what Part II's Llama computes."""
+    rope = values.get("rope_parameters") or {}
+    kind = rope.get("rope_type", "default")
+    if kind != "default":
+        raise CheckpointError(f"{path} sets rope_parameters.rope_type={kind!r} (RoPE with scaled frequencies, as "
+                              "Llama 3.1 and 3.2 use); the course's RoPE (step 19) computes 'default' only")
+    heads, width = values.get("num_attention_heads"), values.get("hidden_size")
+    head_dim = values.get("head_dim")
+    if head_dim is not None and heads and width and head_dim * heads != width:
+        raise CheckpointError(f"{path} sets head_dim={head_dim}, but hidden_size={width} / num_attention_heads="
+                              f"{heads} is {width / heads:g}; the course's Llama (step 17) derives head_dim from them")
+
+
 def check_tied_head(checkpoint: dict[str, np.ndarray]) -> None:
     """An lm_head.weight, where there is one, must be wte's: the model's head is tied (step 11)."""
     head = checkpoint.get("lm_head.weight")
@@ -208,8 +243,8 @@ def expected_shapes(model_class, config) -> dict[str, tuple[int, ...]]:
 
 def check_state(state: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]], config, source: str) -> None:
     """Every expected parameter, of its shape, and nothing else."""
-    sizes = (f"config.json: n_layer={config.n_layer}, n_embd={config.n_embd}, vocab_size={config.vocab_size}, "
-             f"n_positions={config.n_positions}")
+    sizes = "config.json: " + ", ".join(f"{name}={getattr(config, name)}" for name in SIZE_NAMES
+                                         if hasattr(config, name))
     missing = [name for name in expected if name not in state]
     if missing:
         raise CheckpointError(f"{source} lacks {len(missing)} of the model's {len(expected)} weights, first "
@@ -281,7 +316,7 @@ def _files_in(folder: Path) -> Path:
         missing.insert(1, "model.safetensors (a sharded checkpoint is not supported)" if sharded
                        else "model.safetensors or pytorch_model.bin")
     if missing:
-        raise CheckpointError(f"{folder} has no {', no '.join(missing)}; a GPT-2 checkpoint folder holds {NEEDED}")
+        raise CheckpointError(f"{folder} has no {', no '.join(missing)}; a checkpoint folder holds {NEEDED}")
     return weights
 
 

@@ -36,6 +36,7 @@ OUTLINE = {
     20: "SwiGLU feed-forward network",
     21: "grouped-query attention",
     22: "the Llama model and its head",
+    23: "Llama checkpoints",
 }
 
 

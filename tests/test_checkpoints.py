@@ -158,3 +158,49 @@ def test_random_weights_take_the_same_road(tmp_path):
     assert abs(float(state["transformer.wte.weight"].std()) - 0.02) < 1e-3, "matrices ~ N(0, 0.02²)"
     assert np.all(state["transformer.h.0.ln_1.weight"] == 1) and not state["transformer.h.0.attn.c_attn.bias"].any()
     assert state["transformer.h.0.attn.c_attn.weight"].shape == (2304, 768), "Conv1D weights come back [out, in]"
+
+
+#: A Llama config.json edit -> the course's refusal (step 23's loader reads config.json through config_of("llama")).
+LLAMA_REFUSALS = {
+    "a GPT-2 checkpoint": ({"model_type": "gpt2"}, "describes a 'gpt2' model; this loader builds the course's Llama "
+                           "(model_type 'llama'); the course loads GPT-2 checkpoints in step 14"),
+    "a Mistral checkpoint": ({"model_type": "mistral"}, "describes a 'mistral' model; this loader builds the course's "
+                             "Llama (model_type 'llama')"),
+    "Llama 3's scaled RoPE": ({"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 32.0}},
+                              "sets rope_parameters.rope_type='llama3' (RoPE with scaled frequencies"),
+    "scaled RoPE, transformers 4": ({"rope_scaling": {"type": "linear", "factor": 2.0}},
+                                    "sets rope_scaling={'type': 'linear', 'factor': 2.0}; the course's Llama computes "
+                                    "rope_scaling=None only"),
+    "GELU": ({"hidden_act": "gelu"}, "sets hidden_act='gelu'; the course's Llama computes hidden_act='silu' only"),
+    "attention biases (Qwen2's)": ({"attention_bias": True}, "sets attention_bias=True; the course's Llama computes "
+                                   "attention_bias=False only"),
+    "interleaved RoPE pairs": ({"rope_interleaved": True}, "sets rope_interleaved=True"),
+    "a head_dim of its own": ({"head_dim": 32}, "sets head_dim=32, but hidden_size=64 / num_attention_heads=4 is 16"),
+}
+
+
+@pytest.mark.parametrize("case", list(LLAMA_REFUSALS))
+def test_a_llama_config_the_course_does_not_compute_is_refused(case, tmp_path):
+    """a Llama config.json asking for what Part II's model does not compute is refused, naming the setting"""
+    from reference import LLAMA_SMALL, llama_hf_config
+
+    edit, says = LLAMA_REFUSALS[case]
+    values = llama_hf_config(**LLAMA_SMALL).to_dict() | edit
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    for name in ("model.safetensors", "tokenizer.json"):  # found, never read: config.json is refused first
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(CheckpointError) as refused:
+        find(str(tmp_path)).config_of("llama")
+    assert says in str(refused.value), str(refused.value)
+
+
+def test_a_llama_config_is_read_as_it_is(tmp_path):
+    """SmolLM2's published config.json and what transformers 5 writes both pass config_of("llama") unchanged"""
+    from reference import LLAMA_SMALL, llama_hf_config
+    from test_step_23_llama_pretrained import SMOLLM2_CONFIG_JSON
+
+    for values in (SMOLLM2_CONFIG_JSON, llama_hf_config(**LLAMA_SMALL).to_dict()):
+        (tmp_path / "config.json").write_text(json.dumps(values))
+        for name in ("model.safetensors", "tokenizer.json"):
+            (tmp_path / name).write_bytes(b"")
+        assert find(str(tmp_path)).config_of("llama") == json.loads(json.dumps(values))

@@ -697,12 +697,32 @@ PLANTED = {
         22, "return self.lm_head(hidden)", "return hidden @ self.model.embed_tokens.weight.T",
         r"\(untied\): the head multiplies by embed_tokens' matrix.* — TODO 6 in ",
     ),
+    "rope_parameters ignored": (
+        23, '    rope = values.get("rope_parameters") or {}\n    if "rope_theta" in rope:\n'
+            '        settings["rope_theta"] = rope["rope_theta"]\n', "",
+        r"rope_theta 500,000\)\.rope_theta is 100000\.0; transformers 5 writes it under rope_parameters, as "
+        r"500000\.0 — TODO 1 in ",
+    ),
+    "RoPE buffers kept": (
+        23, '    if key.endswith("rotary_emb.inv_freq"):\n        return False\n', "",
+        r"is_weight\('model\.layers\.2\.self_attn\.rotary_emb\.inv_freq'\) with the head tied is True, but it is "
+        r"RoPE's frequencies.* — TODO 2 in ",
+    ),
+    "lm_head always dropped": (
+        23, 'return not (key == "lm_head.weight" and config.tie_word_embeddings)', 'return key != "lm_head.weight"',
+        r"is_weight\('lm_head\.weight'\) with the head untied is False, but it is the untied head's own matrix.* "
+        r"— TODO 2 in ",
+    ),
+    "lm_head under model.": (
+        23, 'if key == "lm_head.weight" or key.startswith(PREFIX):', "if key.startswith(PREFIX):",
+        r"max_name\('lm_head\.weight'\) is 'model\.lm_head\.weight', expected 'lm_head\.weight' .* — TODO 3 in ",
+    ),
 }
 
 
-def _python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _python(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False, env=env
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=env
     )
 
 
@@ -768,7 +788,8 @@ def test_copied_solutions_pass_as_steps(tmp_path):
     """the control for the planted bugs: unchanged solutions pass when checked as steps/"""
     for path in SOLUTIONS.glob("step_*.py"):
         (tmp_path / path.name).write_text(path.read_text())
-    result = _python("-m", "course.check", "all", "--steps-dir", str(tmp_path))
+    # Every step's checks in one run: 7.4 minutes warm on a busy 2-core machine; more where kernels are cold.
+    result = _python("-m", "course.check", "all", "--steps-dir", str(tmp_path), timeout=2400)
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "✗" not in output, output
     drift = experiments.compare_solution_output(output, tmp_path)
@@ -882,7 +903,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22)
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23)
 
 
 def test_every_todo_has_a_planted_bug():
