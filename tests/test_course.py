@@ -610,6 +610,12 @@ PLANTED = {
         19, "1.0 / theta ** (", "1.0 / 10000.0 ** (",
         r"\(small\): the frequencies use theta = 10000, not the theta = 100000 rope_tables was given .* — TODO 1 in ",
     ),
+    "RoPE angles interleaved (GPT-J)": (
+        19, "angles = F.concat([angles, angles], axis=-1)",
+        "angles = F.stack([angles, angles], axis=-1).reshape([seq_len, head_dim])",
+        r"cos and sin for 7 tokens after 0 \(small\): each angle is repeated in place \(a1, a1, a2, a2, …\), the "
+        r"interleaved GPT-J layout.* — TODO 2 in ",
+    ),
     "RoPE positions ignore past_len": (
         19, "F.arange(past_len, past_len + seq_len, dtype=DType.float32)", "F.arange(0, seq_len, dtype=DType.float32)",
         r"cos and sin for 3 tokens after 5 \(small\): past_len is ignored: positions start at 0, not at past_len = 5 "
