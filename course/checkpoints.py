@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from course.outline import COURSE_MODEL
+from course.outline import COURSE_LLAMA, COURSE_MODEL
 
 #: What a GPT-2 checkpoint folder holds. Of the two weight files, the first found is read.
 CONFIG = "config.json"
@@ -47,6 +47,8 @@ SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 
 #: The name of the course's own small GPT-2, trained on the book (course/gpt2-book): ``--model course``.
 COURSE = "course"
+#: Part II's own small Llama, trained on the book the same way (course/llama-book): ``--model course-llama``.
+COURSE_LLAMA_NAME = "course-llama"
 
 #: config.json settings the course's GPT-2 does not compute: key -> the values it does (first: the default).
 COMPUTED = {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "tie_word_embeddings": (True,),
@@ -81,6 +83,16 @@ class Checkpoint:
     def config(self) -> dict:
         """config.json as a dict, refused where it asks for something the course's GPT-2 does not compute."""
         return self.config_of("gpt2")
+
+    @property
+    def family(self) -> str:
+        """The family config.json names ("gpt2" or "llama", a key of FAMILIES; GPT-2's when it names none or
+        another): which loader to run. That loader refuses what it cannot load, with its reasons."""
+        try:
+            found = json.loads((self.folder / CONFIG).read_text(encoding="utf-8")).get("model_type", "gpt2")
+        except (OSError, ValueError, AttributeError):
+            return "gpt2"
+        return found if found in FAMILIES else "gpt2"
 
     def config_of(self, family: str) -> dict:
         """config.json as a dict, refused unless it describes a model of ``family`` ("gpt2" or "llama", a
@@ -267,6 +279,8 @@ def find(model: str) -> Checkpoint:
     """The files of a checkpoint folder or Hub id (cached, else downloaded), or of the course's own model."""
     if model == COURSE:  # before the folders: the course's package folder is also called course/
         return Checkpoint(COURSE_MODEL, _files_in(COURSE_MODEL))
+    if model == COURSE_LLAMA_NAME:
+        return Checkpoint(COURSE_LLAMA, _files_in(COURSE_LLAMA))
     path = Path(model).expanduser()
     if path.is_dir():
         return Checkpoint(path, _files_in(path))

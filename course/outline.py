@@ -11,6 +11,8 @@ STEPS = ROOT / "steps"
 GPT2_TOKENIZER = ROOT / "course" / "gpt2-tokenizer"
 #: The course's own small GPT-2, trained on the book (``python -m course.authoring.train``); ``--model course``.
 COURSE_MODEL = ROOT / "course" / "gpt2-book"
+#: Part II's own small Llama, trained on the book the same way (``--family llama``); ``--model course-llama``.
+COURSE_LLAMA = ROOT / "course" / "llama-book"
 
 OUTLINE = {
     1: "model configuration",
@@ -37,6 +39,7 @@ OUTLINE = {
     21: "grouped-query attention",
     22: "the Llama model and its head",
     23: "Llama checkpoints",
+    24: "Llama generation and its KV cache",
 }
 
 

@@ -160,10 +160,9 @@ class DecodeNextLogits(CachedNextLogits):
             from max.dtype import DType
             from max.experimental.tensor import TensorType
 
-            head_dim = self.config.n_embd // self.config.n_head
-            kv = TensorType(DType.float32, [1, self.config.n_head, "past", head_dim], self.device)
             one = TensorType(DType.int64, [1, 1], self.device)
-            self.decode = self.model.compile(one, [kv] * self.config.n_layer, [kv] * self.config.n_layer)
+            layers = len(self.empty)
+            self.decode = self.model.compile(one, [self.kv] * layers, [self.kv] * layers)
         return self.decode
 
 

@@ -159,11 +159,11 @@ def check_lengths(prompt_len: int, max_new_tokens: int, n_positions: int) -> Non
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}")
     if prompt_len > n_positions:
-        raise ValueError(f"the prompt has {prompt_len} tokens, more than the {n_positions} positions GPT-2 can read")
+        raise ValueError(f"the prompt has {prompt_len} tokens, more than the {n_positions} positions the model can read")
     if prompt_len + max_new_tokens > n_positions:
         raise ValueError(
             f"{prompt_len} prompt tokens + {max_new_tokens} new tokens is more than the {n_positions} "
-            f"positions GPT-2 can read; ask for at most {n_positions - prompt_len} new tokens"
+            f"positions the model can read; ask for at most {n_positions - prompt_len} new tokens"
         )
 
 
@@ -171,7 +171,8 @@ def check_lengths(prompt_len: int, max_new_tokens: int, n_positions: int) -> Non
 
 
 def compile_next_logits(model, device=None) -> NextLogits:
-    """Compiles a GPT2LMHeadModel (step 11) into ``next_logits(ids) -> [vocab_size]``.
+    """Compiles a GPT2LMHeadModel (step 11), or Part II's LlamaForCausalLM (step 22), into
+    ``next_logits(ids) -> [vocab_size]``.
 
     Eager MAX runs one op at a time; a compiled graph runs the whole forward as
     one optimized program. ``"seq"`` is a *symbolic* length, so a single graph
@@ -191,7 +192,8 @@ def compile_next_logits(model, device=None) -> NextLogits:
             self.lm = lm
 
         def forward(self, input_ids: Tensor) -> Tensor:
-            hidden = self.lm.transformer(input_ids)  # [1, seq, n_embd]
+            body = self.lm.transformer if hasattr(self.lm, "transformer") else self.lm.model  # GPT-2's; Llama's
+            hidden = body(input_ids)  # [1, seq, n_embd]
             return self.lm.head(hidden[:, -1, :])  # [1, vocab_size]: step 11's head, last position only
 
     model.to(device)

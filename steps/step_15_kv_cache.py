@@ -128,14 +128,22 @@ class CachedNextLogits:
 
         self.device = device or CPU()
         self.config = config
-        n_head, head_dim = config.n_head, config.n_embd // config.n_head
-        kv = TensorType(DType.float32, [1, n_head, "past", head_dim], self.device)
+        layers, heads, head_dim = self.cache_shape(config)
+        self.kv = TensorType(DType.float32, [1, heads, "past", head_dim], self.device)
         ids = TensorType(DType.int64, [1, "seq"], self.device)
         model.to(self.device)
-        self.run = model.compile(ids, [kv] * config.n_layer, [kv] * config.n_layer)
-        empty = np.zeros((1, n_head, 0, head_dim), dtype=np.float32)
-        self.empty = [Tensor.from_dlpack(empty).to(self.device) for _ in range(config.n_layer)]
+        self.run = model.compile(ids, [self.kv] * layers, [self.kv] * layers)
+        empty = np.zeros((1, heads, 0, head_dim), dtype=np.float32)
+        self.empty = [Tensor.from_dlpack(empty).to(self.device) for _ in range(layers)]
         self.reset()
+
+    def cache_shape(self, config) -> tuple[int, int, int]:
+        """(layers, heads, head_dim): one K and one V ``[1, heads, P, head_dim]`` per layer."""
+        return config.n_layer, config.n_head, config.n_embd // config.n_head
+
+    def check_positions(self, new: int, past: int) -> None:
+        """Refuses positions beyond what the model learned (step 06's check)."""
+        check_positions(new, past, self.config.n_positions)
 
     def reset(self) -> None:
         """Forgets the cache: the next call is a prefill."""
@@ -149,7 +157,7 @@ class CachedNextLogits:
         if ids[: len(self.seen)] != self.seen or len(ids) == len(self.seen):
             self.reset()
         new = ids[len(self.seen) :]
-        check_positions(len(new), len(self.seen), self.config.n_positions)
+        self.check_positions(len(new), len(self.seen))
         new_ids = Tensor.from_dlpack(np.asarray([new], dtype=np.int64)).to(self.device)
         logits, self.keys, self.values = self.graph(len(new))(new_ids, self.keys, self.values)
         self.seen = ids

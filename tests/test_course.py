@@ -477,8 +477,8 @@ PLANTED = {
     # What a newcomer saw after a 29-minute run. The planted CachedNextLogits compiles the
     # model (the course's one graph, warm) on its first call, which fails at once.
     "the model compiled on every call": (
-        15, "self.run = model.compile(ids, [kv] * config.n_layer, [kv] * config.n_layer)",
-        "self.run = lambda *args: model.compile(ids, [kv] * config.n_layer, [kv] * config.n_layer)(*args)",
+        15, "self.run = model.compile(ids, [self.kv] * layers, [self.kv] * layers)",
+        "self.run = lambda *args: model.compile(ids, [self.kv] * layers, [self.kv] * layers)(*args)",
         r"the prefill of 5 tokens compiled a new MAX graph: .* — CachedNextLogits is given code in "
         r"steps/step_15_kv_cache\.py",
     ),
@@ -723,6 +723,33 @@ PLANTED = {
         23, 'if key == "lm_head.weight" or key.startswith(PREFIX):', "if key.startswith(PREFIX):",
         r"max_name\('lm_head\.weight'\) is 'model\.lm_head\.weight', expected 'lm_head\.weight' .* — TODO 3 in ",
     ),
+    "cache sized by the query heads": (
+        24, "2 * config.num_hidden_layers * config.num_key_value_heads", "2 * config.num_hidden_layers * config.num_attention_heads",
+        r"kv_bytes_per_token\(SmolLM2-135M\) is 138240, expected 46,080 .*: it counts the 9 query heads; the cache keeps "
+        r"the 3 key/value heads .* — TODO 1 in ",
+    ),
+    "cache offset ignored in RoPE": (
+        24, "rope_tables(self.head_dim, self.rope_theta, x.shape[1], past_len)",
+        "rope_tables(self.head_dim, self.rope_theta, x.shape[1])",
+        r"\(5 cached, then 2 new; small-kv1\) vs LlamaAttention over all 7: the new tokens are rotated as if they sat "
+        r"at positions 0, 1, …: the cache offset is ignored in RoPE.* — TODO 2 in ",
+    ),
+    "cache holds the repeated heads": (
+        24, "return self.o_proj(self.merge_heads(y)), k, v",
+        "return self.o_proj(self.merge_heads(y)), self.repeat_kv(k), self.repeat_kv(v)",
+        r"returns keys of shape \[1, 4, 5, 16\], expected \[1, K, 5, D\] = \[1, 1, 5, 16\]: the cache holds the repeated "
+        r"heads.* — TODO 2 in ",
+    ),
+    "cached layer without the attention residual": (
+        24, "        x = x + attn_out\n        return x + self.mlp", "        x = attn_out\n        return x + self.mlp",
+        r"cached layer \(4 cached, then 3 new\) vs LlamaDecoderLayer over all 7: the attention branch does not add its "
+        r"input back.* — TODO 3 in ",
+    ),
+    "cached model without the final norm": (
+        24, "return self.head(body.norm(x[:, -1, :])), keys, values", "return self.head(x[:, -1, :]), keys, values",
+        r"\(a prefill of 3 tokens, then 1; head tied\) vs LlamaForCausalLM over all 4: the final norm is missing.* "
+        r"— TODO 4 in ",
+    ),
 }
 
 
@@ -909,7 +936,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23)
+EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24)
 
 
 def test_every_todo_has_a_planted_bug():

@@ -5,7 +5,8 @@ random GPT-2 saved with ``save_pretrained`` together with a byte-level BPE train
 here (no network, no real weights needed):
 
 * greedy ``--json`` output is token-identical to ``GPT2LMHeadModel.generate`` for
-  three prompts and 32 new tokens, with the KV cache and without it;
+  three prompts and 32 new tokens, with the KV cache and without it; the same for a
+  small random Llama (Part II) against ``LlamaForCausalLM.generate``;
 * every bad input ends in one line on stderr and a non-zero exit, never a traceback;
 * ``gpt2`` on unfinished steps names them and the command that checks each;
 * ``--quantize`` generates, and refuses a width its format cannot block;
@@ -26,7 +27,7 @@ import pytest
 
 from course.outline import ROOT, SOLUTIONS
 from harness import greedy_agreement
-from reference import GEN, generation_model, hf_greedy, rounded_logits
+from reference import GEN, LLAMA_SMALL, generation_model, hf_greedy, llama_hf_config, rounded_logits, seeded
 from trained_bpe import train_byte_bpe
 
 pytestmark = pytest.mark.programs
@@ -53,6 +54,23 @@ def checkpoint(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def llama_checkpoint(tmp_path_factory) -> Path:
+    """A small random Llama (4 query heads sharing 2 key/value heads) and a byte-level BPE, saved as a
+    Hugging Face checkpoint folder."""
+    from transformers import LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = train_byte_bpe(folder, TEXT, vocab_size=GEN["vocab_size"])
+    eos = tokenizer.token_to_id("<|endoftext|>")
+    config = llama_hf_config(**dict(LLAMA_SMALL, vocab_size=GEN["vocab_size"], max_position_embeddings=128))
+    config.eos_token_id = config.bos_token_id = eos
+    model = seeded(LlamaForCausalLM(config), seed=24).eval()
+    model.generation_config.eos_token_id = model.generation_config.bos_token_id = eos
+    model.save_pretrained(folder)
+    return folder
+
+
 def program(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "course.programs.generate", *args],
@@ -73,12 +91,14 @@ def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
 
 
 @pytest.mark.parametrize("cache", ["cache", "no-cache"])
-def test_main_json_greedy_matches_hugging_face(checkpoint, cache):
-    """`main --json`, greedy, gives Hugging Face's generate tokens for 3 prompts × 32 tokens"""
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_main_json_greedy_matches_hugging_face(request, family, cache):
+    """`main --json`, greedy, gives Hugging Face's generate tokens for 3 prompts × 32 tokens (GPT-2 and Llama)"""
     from tokenizers import ByteLevelBPETokenizer
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
 
-    reference = GPT2LMHeadModel.from_pretrained(checkpoint).eval()
+    checkpoint = request.getfixturevalue("checkpoint" if family == "gpt2" else "llama_checkpoint")
+    reference = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     hf_tokenizer = ByteLevelBPETokenizer(str(checkpoint / "vocab.json"), str(checkpoint / "merges.txt"), add_prefix_space=False)
     hf_tokenizer.add_special_tokens(["<|endoftext|>"])
     eos = reference.config.eos_token_id
@@ -217,14 +237,39 @@ def test_main_quantized(checkpoint):
 
 
 @pytest.fixture(scope="module")
-def bench_json(checkpoint) -> dict:
-    """`bench --model DIR --rounds 1 --new-tokens 8 --quantize q4_0 --json`, run once for the checks below."""
+def bench_run(checkpoint, tmp_path_factory) -> tuple[dict, Path]:
+    """`bench --model DIR --rounds 1 --new-tokens 8 --quantize q4_0 --json --roofline FILE`, run once for the checks
+    below: its JSON and the roofline's SVG."""
+    svg = tmp_path_factory.mktemp("bench") / "roofline.svg"
     result = subprocess.run(
         [sys.executable, "-m", "course.programs.bench", "--model", str(checkpoint), "--rounds", "1",
-         "--new-tokens", "8", "--quantize", "q4_0", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+         "--new-tokens", "8", "--quantize", "q4_0", "--json", "--roofline", str(svg)], cwd=ROOT, capture_output=True,
+        text=True, timeout=900,
     )
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return json.loads(result.stdout), svg
+
+
+@pytest.fixture(scope="module")
+def bench_json(bench_run) -> dict:
+    return bench_run[0]
+
+
+def test_bench_draws_the_roofline(checkpoint, bench_run):
+    """`bench --roofline FILE`: one point per path at the bytes it reads a token, and the memory limit as a line"""
+    import re
+
+    from course.programs.bench import bytes_read, import_steps_config
+
+    out, svg = bench_run
+    text = svg.read_text()
+    assert text.count("<circle") == len(out), text
+    for path, r in out.items():
+        assert f": {r['decode_tok_s']:.0f} tok/s</text>" in text, (path, text)
+    bandwidth = float(re.search(r"memory limit: ([\d.]+) GB/s", text)[1])
+    assert bandwidth > 0.5, text
+    config = import_steps_config(str(checkpoint))
+    assert bytes_read("cache_q4_0", config) / bytes_read("cache", config) == pytest.approx(4.5 / 32)
 
 
 def test_bench_json_on_a_checkpoint(checkpoint, bench_json):
@@ -237,6 +282,23 @@ def test_bench_json_on_a_checkpoint(checkpoint, bench_json):
         _same_tokens_as_hugging_face(out, path, checkpoint)
     quantized = out["cache_q4_0"]
     assert quantized["max_logit_err"] > 0, f"q4_0's logits equal float32's: nothing was quantized ({quantized})"
+
+
+def test_bench_on_a_llama_checkpoint(llama_checkpoint):
+    """`bench --model <a Llama folder> --json`: Hugging Face and Part II's two paths timed, on Hugging Face's tokens;
+    --quantize refused in one line"""
+    command = [sys.executable, "-m", "course.programs.bench", "--model", str(llama_checkpoint), "--rounds", "1",
+               "--new-tokens", "8"]
+    result = subprocess.run([*command, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert list(out) == ["hf", "no_cache", "cache"], out
+    assert all(r["decode_tok_s"] > 0 and r["prefill_ms"] > 0 and len(r["tokens"]) == 8 for r in out.values()), out
+    for path in ("no_cache", "cache"):
+        _same_tokens_as_hugging_face(out, path, llama_checkpoint)
+    refused = subprocess.run([*command, "--quantize", "q4_0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    assert "--quantize runs Part I's GPT-2" in refused.stderr and "is a Llama" in refused.stderr, refused.stderr
 
 
 def _same_tokens_as_hugging_face(out: dict, path: str, checkpoint: Path) -> None:
@@ -277,6 +339,20 @@ def test_gpt2_on_unfinished_steps_names_them(tmp_path):
     err = result.stderr
     assert result.returncode == 1 and "Traceback" not in err, err
     assert "step 07 (multi-head attention): TODO 1, 2, 3, 4, 5 — check it with `pixi run s07`" in err, err
+
+
+def test_a_llama_on_unfinished_steps_names_part_ii(llama_checkpoint, tmp_path):
+    """`gpt2 --model <a Llama>` on the stubs names Part II's unfinished steps too; --quantize on a Llama is one line"""
+    from course.authoring.render import render_all
+
+    render_all(tmp_path)
+    result = program("--target", "steps", "--steps-dir", str(tmp_path), "--model", str(llama_checkpoint), "--prompt", "Hi")
+    err = result.stderr
+    assert result.returncode == 1 and "Traceback" not in err and "Your Llama is not finished" in err, err
+    assert "step 21 (grouped-query attention): TODO 1, 2, 3 — check it with `pixi run s21`" in err, err
+    assert "step 24 (Llama generation and its KV cache): TODO 1, 2, 3, 4" in err, err
+    one_line_error(program("--model", str(llama_checkpoint), "--prompt", "Hi", "--quantize", "q4_0"),
+                   "--quantize runs Part I's GPT-2", "Part II runs in float32")
 
 
 def test_gpt2_runs_finished_steps_only_from_steps(checkpoint, tmp_path):

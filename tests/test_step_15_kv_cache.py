@@ -378,19 +378,44 @@ def _cached(step, reference) -> tuple[object, int]:
     return _compiled[step.__file__]
 
 
+def teacher_forced(step, next_logits, ids: list[int], prefill: int) -> np.ndarray:
+    """The compiled ``next_logits`` fed ``ids``: a prefill of ``prefill`` tokens, then one token per call; the
+    logit rows, stacked. Any graph compiled along the way fails the check at once."""
+    guard = NoNewGraphs(step)
+    with guard.watching():
+        guard.doing = f"the prefill of {prefill} tokens"
+        got = [call(next_logits, ids[:prefill], what=guard.doing)]
+        for end in range(prefill + 1, len(ids) + 1):
+            guard.doing = f"the decode step with {end - 1} cached tokens"
+            got.append(call(next_logits, ids[:end], what=guard.doing))
+    return np.stack(got)
+
+
+def greedy_three_ways(step, cached, uncached, reference, prompts, *, n_positions: int, eos_id: int) -> None:
+    """Greedy tokens, 32 after each prompt: with the cache (compiling nothing), without it (step 13's graph), and
+    Hugging Face's ``generate`` on ``reference`` must agree."""
+    generation, guard = solution(13), NoNewGraphs(step)
+    for prompt in prompts:
+        kwargs = dict(n_positions=n_positions, eos_id=eos_id, temperature=0.0)
+        guard.doing = f"greedy decoding after the prompt {prompt}"
+        with guard.watching():
+            with_cache = list(generation.generate(cached, prompt, 32, **kwargs))
+        without = list(generation.generate(uncached, prompt, 32, **kwargs))
+        if with_cache != without:
+            at = next(i for i, (a, b) in enumerate(zip(with_cache, without)) if a != b)
+            fail(f"prompt {prompt}: with the cache the greedy tokens part from those without it at token {at}: "
+                 f"{with_cache[at:at + 4]} vs {without[at:at + 4]}")
+        expected, scores = hf_greedy(reference, prompt, 32, eos_id=eos_id)
+        if note := greedy_agreement(with_cache, expected, scores, f"prompt {prompt}"):
+            print(note)
+
+
 def test_cached_logits_match_the_whole_sequence(step):
     """teacher-forced, the logits with the cache equal the logits without it at every position"""
     reference = generation_model()
     next_logits = cached_next_logits(step, reference)
     ids = np.random.default_rng(15).integers(0, GEN["vocab_size"], size=40).tolist()
-    guard = NoNewGraphs(step)
-    with guard.watching():
-        guard.doing = "the prefill of 5 tokens"
-        got = [call(next_logits, ids[:5], what=guard.doing)]
-        for end in range(6, len(ids) + 1):
-            guard.doing = f"the decode step with {end - 1} cached tokens"
-            got.append(call(next_logits, ids[:end], what=guard.doing))
-    compare_logits(step, np.stack(got), reference, ids, 5,
+    compare_logits(step, teacher_forced(step, next_logits, ids, 5), reference, ids, 5,
                    "logits with the cache (prefill 5, then 1 token per step) vs GPT2LMHeadModel over all 40")
 
 
@@ -402,19 +427,8 @@ def test_greedy_with_the_cache_matches_without_it(step, record_property):
     model = build(solution(11).GPT2LMHeadModel, solution(1).GPT2Config.from_hf(reference.config))
     load_weights(model, to_max_state(reference))
     uncached = generation.compile_next_logits(model)
-    guard = NoNewGraphs(step)
-    for prompt in ([7, 1, 30], [11, 52, 3, 90, 17, 4, 60]):
-        kwargs = dict(n_positions=GEN["n_positions"], eos_id=EOS, temperature=0.0)
-        guard.doing = f"greedy decoding after the prompt {prompt}"
-        with guard.watching():
-            with_cache = list(generation.generate(cached, prompt, 32, **kwargs))
-        without = list(generation.generate(uncached, prompt, 32, **kwargs))
-        if with_cache != without:
-            at = next(i for i, (a, b) in enumerate(zip(with_cache, without)) if a != b)
-            fail(f"prompt {prompt}: with the cache the greedy tokens part from those without it at token {at}: {with_cache[at:at + 4]} vs {without[at:at + 4]}")
-        expected, scores = hf_greedy(reference, prompt, 32, eos_id=EOS)
-        if note := greedy_agreement(with_cache, expected, scores, f"prompt {prompt}"):
-            print(note)
+    greedy_three_ways(step, cached, uncached, reference, ([7, 1, 30], [11, 52, 3, 90, 17, 4, 60]),
+                      n_positions=GEN["n_positions"], eos_id=EOS)
     record_property("greedy", "2 prompts × 32 tokens: cached = uncached = Hugging Face")
 
 

@@ -2,6 +2,7 @@
 
     pixi run train                          # writes course/gpt2-book/ and book/src/training.svg
     pixi run train --steps 20 --out /tmp/x  # a quick look
+    pixi run train --family llama           # Part II's: course/llama-book/ and book/src/training-llama.svg
 
 It is GPT-2 in every way a checkpoint can be: GPT-2's tokenizer (``course/gpt2-tokenizer``),
 Hugging Face's ``GPT2LMHeadModel`` and its file layout, so step 14 loads it like GPT-2
@@ -23,6 +24,13 @@ exactly the full model's cross-entropy (the loss a Hugging Face ``GPT2LMHeadMode
 measures on the saved folder is the one printed here). The weights are stored in
 float16; the course reads them as float32.
 
+``--family llama`` trains Part II's model the same way: a Hugging Face
+``LlamaForCausalLM`` of the same depth and width (``LLAMA_SIZES``: RMSNorm, RoPE,
+SwiGLU, 4 query heads sharing 2 key/value heads, the head tied), with the same
+tokenizer, batches and steps. Its held-out text is the GPT-2 model's ``heldout.txt``,
+word for word, and no paragraph of it is trained on, so that the two models'
+perplexities are measured on the same tokens (chapter 25).
+
 The run is seeded (``--seed``): its batches come from one NumPy generator and its
 initial weights from ``torch.manual_seed``. On the same machine it writes the same
 weights; elsewhere, the same curve up to float rounding.
@@ -41,13 +49,20 @@ from pathlib import Path
 
 import numpy as np
 
-from course.outline import COURSE_MODEL, GPT2_TOKENIZER, ROOT
+from course.outline import COURSE_LLAMA, COURSE_MODEL, GPT2_TOKENIZER, ROOT
 
 BOOK = ROOT / "book" / "src"
 CURVE = BOOK / "training.svg"
 
 #: The model: GPT-2's vocabulary and layout, small sizes.
 SIZES = dict(n_layer=4, n_head=4, n_embd=256, n_positions=256)
+#: Part II's model: a Llama of the same depth, width and context; SwiGLU's width 3 × 256 (8/3 of the width,
+#: rounded up to a multiple of 256), two key/value heads for the four query heads.
+LLAMA_SIZES = dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, hidden_size=256,
+                   intermediate_size=768, max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=True)
+#: Each family: (the Hugging Face model class, its config class, its sizes, where it goes, its curve).
+FAMILIES = {"gpt2": ("GPT2LMHeadModel", "GPT2Config", SIZES, COURSE_MODEL, CURVE),
+            "llama": ("LlamaForCausalLM", "LlamaConfig", LLAMA_SIZES, COURSE_LLAMA, BOOK / "training-llama.svg")}
 #: The run: batches of ``BATCH`` windows of ``n_positions`` tokens.
 BATCH, STEPS, LEARNING_RATE, WARMUP, WEIGHT_DECAY = 8, 1000, 3e-3, 50, 0.1
 #: The held-out loss is measured every ``EVERY`` steps.
@@ -83,17 +98,19 @@ def tokenizer():
     return tok
 
 
-def corpus() -> tuple[list[int], list[int], str, str]:
+def corpus(held_out_text: str | None = None) -> tuple[list[int], list[int], str, str]:
     """(training ids, held-out ids, held-out text, sha256 of the book's text); the chapters joined
-    by <|endoftext|>."""
+    by <|endoftext|>. With ``held_out_text`` (another model's), that text is held out instead of the
+    chapters' tails, and every paragraph of it is left out of the training text."""
     tok = tokenizer()
     trained, held_out, digest = [], [], hashlib.sha256()
+    kept_out = set(held_out_text.split("\n\n")) if held_out_text else set()
     for _, text in chapters():
         digest.update(text.encode("utf-8"))
         head, tail = split(text)
-        trained.append(head)
+        trained.append("\n\n".join(p for p in head.split("\n\n") if p not in kept_out))
         held_out.append(tail)
-    held_out_text = END_OF_TEXT.join(held_out)
+    held_out_text = held_out_text or END_OF_TEXT.join(held_out)
     ids = tok.encode(END_OF_TEXT.join(trained) + END_OF_TEXT).ids
     return ids, tok.encode(held_out_text).ids, held_out_text, digest.hexdigest()
 
@@ -112,7 +129,8 @@ def learning_rate(step: int, steps: int) -> float:
     return LEARNING_RATE * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
 
 
-def train(out: Path, steps: int = STEPS, seed: int = 0, curve: Path | None = CURVE, sizes: dict = SIZES) -> dict:
+def train(out: Path, steps: int = STEPS, seed: int = 0, curve: Path | None = CURVE, sizes: dict = SIZES,
+          family: str = "gpt2") -> dict:
     """Trains the model and writes the checkpoint folder ``out``; returns the run's record (also training.json)."""
     import torch
     import transformers
@@ -122,16 +140,18 @@ def train(out: Path, steps: int = STEPS, seed: int = 0, curve: Path | None = CUR
     transformers.utils.logging.set_verbosity_error()  # not its note on the config's loss_type
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    ids, held_out_ids, held_out_text, book_sha = corpus()
+    same_text = (COURSE_MODEL / "heldout.txt").read_text(encoding="utf-8") if family == "llama" else None
+    ids, held_out_ids, held_out_text, book_sha = corpus(same_text)
     used = np.unique(ids)  # the book's tokens; every other token is the one shared row, index len(used)
     index = np.full(VOCABULARY, len(used), dtype=np.int64)
     index[used] = np.arange(len(used))
     ids = index[np.asarray(ids, dtype=np.int64)]
-    held_out = windows(index[np.asarray(held_out_ids, dtype=np.int64)], sizes["n_positions"])
+    model_class, config_class = (getattr(transformers, name) for name in FAMILIES[family][:2])
+    length = sizes.get("n_positions") or sizes["max_position_embeddings"]
+    held_out = windows(index[np.asarray(held_out_ids, dtype=np.int64)], length)
     shared = math.log(VOCABULARY - len(used))  # the shared row's logit stands for this many equal logits
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=len(used) + 1, **sizes))
+    model = model_class(config_class(vocab_size=len(used) + 1, **sizes))
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=WEIGHT_DECAY)
-    length = sizes["n_positions"]
 
     def loss_of(batch: torch.Tensor) -> torch.Tensor:
         """Cross-entropy over all 50,257 tokens: the unused ones' equal logits enter the sum once, as
@@ -148,7 +168,7 @@ def train(out: Path, steps: int = STEPS, seed: int = 0, curve: Path | None = CUR
         model.train()
         return sum(losses) / len(held_out)
 
-    record = {"sizes": sizes, "steps": steps, "batch": BATCH, "seed": seed, "learning_rate": LEARNING_RATE,
+    record = {"family": family, "sizes": sizes, "steps": steps, "batch": BATCH, "seed": seed, "learning_rate": LEARNING_RATE,
               "trained_tokens": int(len(ids)), "held_out_tokens": int(held_out.size - len(held_out)),
               "tokens_used": int(len(used)), "book_sha256": book_sha, "torch": torch.__version__,
               "threads": torch.get_num_threads(), "train_loss": [], "held_out_loss": []}
@@ -177,24 +197,23 @@ def train(out: Path, steps: int = STEPS, seed: int = 0, curve: Path | None = CUR
             bar.update(task, advance=1, loss=f"{record['train_loss'][-1]:.2f}", held=f"{record['held_out_loss'][-1][1]:.2f}")
     record["seconds"] = round(time.perf_counter() - started, 1)
     record["held_out_perplexity"] = round(math.exp(record["held_out_loss"][-1][1]), 2)
-    save(full_vocabulary(model, index, sizes), out, held_out_text, record)
+    save(full_vocabulary(model, index, sizes, model_class, config_class), out, held_out_text, record)
     if curve:
         curve.write_text(plot(record))
     return record
 
 
-def full_vocabulary(model, index: np.ndarray, sizes: dict):
+def full_vocabulary(model, index: np.ndarray, sizes: dict, model_class, config_class):
     """The trained model with GPT-2's 50,257 rows: token t gets row ``index[t]``, so every unused
     token gets the shared row. Its logits are the trained model's, the shared one repeated."""
     import torch
-    import transformers
 
-    config = transformers.GPT2Config(vocab_size=VOCABULARY, bos_token_id=END_OF_TEXT_ID, eos_token_id=END_OF_TEXT_ID,
-                                     **sizes)
-    full = transformers.GPT2LMHeadModel(config)
+    config = config_class(vocab_size=VOCABULARY, bos_token_id=END_OF_TEXT_ID, eos_token_id=END_OF_TEXT_ID, **sizes)
+    full = model_class(config)
     state = model.state_dict()
-    state["transformer.wte.weight"] = state["transformer.wte.weight"][torch.from_numpy(index)]
-    state["lm_head.weight"] = state["transformer.wte.weight"]
+    table = model.get_input_embeddings().weight.detach()[torch.from_numpy(index)]
+    state = {key: table if value.data_ptr() == model.get_input_embeddings().weight.data_ptr() else value
+             for key, value in state.items()}  # the embedding, and the tied head that shares its storage
     full.load_state_dict(state)
     full.tie_weights()
     return full
@@ -226,7 +245,7 @@ def plot(record: dict) -> str:
            f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="currentColor"/>',
            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="currentColor"/>',
            f'<text x="{width / 2}" y="{height - 10}" text-anchor="middle">training step (batches of {record["batch"]} × '
-           f'{record["sizes"]["n_positions"]} tokens)</text>',
+           f'{record["sizes"].get("n_positions") or record["sizes"]["max_position_embeddings"]} tokens)</text>',
            f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">'
            f'cross-entropy (nats per token)</text>']
     for k in range(0, top + 1, max(1, top // 5)):
@@ -247,12 +266,16 @@ def plot(record: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="pixi run train", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--out", type=Path, default=COURSE_MODEL, help="the checkpoint folder to write")
+    p.add_argument("--family", choices=sorted(FAMILIES), default="gpt2", help="GPT-2 (Part I) or Llama (Part II)")
+    p.add_argument("--out", type=Path, help="the checkpoint folder to write (default: course/gpt2-book or course/llama-book)")
     p.add_argument("--steps", type=int, default=STEPS, help="optimizer steps")
     p.add_argument("--seed", type=int, default=0, help="the seed of the initial weights and the batches")
-    p.add_argument("--curve", type=Path, default=CURVE, help="where to write the training curve (SVG)")
+    p.add_argument("--curve", type=Path, help="where to write the training curve (SVG; default: book/src/training.svg, "
+                   "or training-llama.svg)")
     args = p.parse_args(argv)
-    record = train(args.out, args.steps, args.seed, args.curve)
+    _, _, sizes, out, curve = FAMILIES[args.family]
+    args.out, args.curve = args.out or out, args.curve or curve
+    record = train(args.out, args.steps, args.seed, args.curve, sizes, args.family)
     print(f"trained {args.steps} steps in {record['seconds']:.0f} s; held-out loss {record['held_out_loss'][-1][1]:.3f} "
           f"(perplexity {record['held_out_perplexity']:.1f}); wrote {args.out}")
     return 0

@@ -3,10 +3,12 @@
     pixi run bench                         # GPT-2 small's sizes, random weights, 3 rounds
     pixi run bench --new-tokens 512 --rounds 5 --json
     pixi run bench --plot book/src/bench.svg
+    pixi run -e llama bench --quantize q4_0 q4_k q6_k --roofline book/src/roofline.svg   # tok/s against bytes a token
     pixi run bench --quantize q4_0 q4_k q6_k   # add the quantized paths and their accuracy
     pixi run bench --model course --quantize q4_0 q4_k q6_k   # perplexity on the book's held-out text
     pixi run bench --model gpt2 --quantize q6_k # real weights (downloaded once), not random ones
     pixi run -e llama bench --quantize q4_0     # llama.cpp on the same checkpoint too (the `llama` extra)
+    pixi run bench --model course-llama         # Part II's Llama: Hugging Face, ours without and with step 24's cache
 
 Fair by construction:
 
@@ -44,6 +46,11 @@ literature report), the top-1 agreement with float32 and the largest |Δ logit|.
 Hugging Face scores the same tokens, so float32's perplexity has a reference.
 Perplexity means something only for weights that predict: use ``--model course``
 (the course's small GPT-2) or ``--model gpt2``.
+
+A Llama-family checkpoint (``--model course-llama``, a folder, a Hub id) runs Part II's
+paths: Hugging Face's ``LlamaForCausalLM.generate``, ours without a cache (step 13's
+graph of step 22's model) and with step 24's cache. The decode graph, ``--quantize``
+and the llama.cpp peer are Part I's (GPT-2) only, and are said to be left out.
 """
 
 from __future__ import annotations
@@ -69,7 +76,16 @@ PATHS |= {f"cache_{name}": f"ours, KV cache, {name} weights" for name in QUANTIZ
 PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
 #: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
 PEERS = {"cache": "llama_f32", "decode": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
+#: The paths of Part II's Llama, and their labels.
+LLAMA_PATHS = {"hf": PATHS["hf"], "no_cache": "ours, no cache (steps 13, 22)", "cache": "ours, KV cache (step 24)"}
 err = Console(stderr=True, highlight=False)
+
+
+def _family(model: str) -> str:
+    """"gpt2" or "llama": the family of the checkpoint folder ``model``."""
+    from course.checkpoints import find
+
+    return find(model).family
 
 
 def _prompt(n: int, vocab: int) -> list[int]:
@@ -94,12 +110,13 @@ def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: s
         import torch
         import transformers
 
-        reference = transformers.GPT2LMHeadModel.from_pretrained(model, dtype=torch.float32)
+        reference = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
         prompt = _prompt(prompt_tokens, reference.config.vocab_size)
         times, tokens = _time_hf(reference, prompt, new_tokens, device)
         result = {"compile_s": 0.0}
         if eval_tokens:
-            result["perplexity"] = _hf_perplexity(reference, _windows(model, reference.config.n_positions, eval_tokens))
+            context = getattr(reference.config, "n_positions", None) or reference.config.max_position_embeddings
+            result["perplexity"] = _hf_perplexity(reference, _windows(model, context, eval_tokens))
     else:
         times, tokens, result = _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens)
     steps = [b - a for a, b in zip(times, times[1:])]
@@ -164,15 +181,16 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
     from course import runtime
 
     runtime.setup()
-    from course.programs.build import compile_model, load
+    from course.programs.build import compile_model, context, load
     from course.programs.generate import import_steps, pick_device
 
-    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16])
+    family = _family(model)
+    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16] + ([17, 22, 23, 24] if family == "llama" else []))
     gen = steps[13]
     quantize = path.removeprefix("cache_") if path.startswith("cache_") else None
     device = pick_device(device)
     started = time.perf_counter()
-    pretrained = load(steps, model)
+    pretrained = load(steps, model, family)
     config = pretrained.config
     prompt = _prompt(prompt_tokens, config.vocab_size)
     if quantize:
@@ -181,7 +199,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
         check(quantize, config, device)
     next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize, decode=path == "decode")
     result = {"compile_s": time.perf_counter() - started}
-    kwargs = dict(n_positions=config.n_positions, temperature=0.0)
+    kwargs = dict(n_positions=context(config), temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
     start = time.perf_counter()
     times, tokens = [start], []
@@ -192,7 +210,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
         from course.programs.quantize import compare
 
         reference = compile_model(steps, pretrained, device, True)
-        windows = _windows(model, config.n_positions, eval_tokens)
+        windows = _windows(model, context(config), eval_tokens)
         result["accuracy"] = compare(reference, next_logits, windows)
     return times, tokens, result
 
@@ -230,7 +248,7 @@ def _median(runs: list[dict]) -> dict:
     return out | {key: runs[0][key] for key in ("accuracy", "perplexity") if key in runs[0]}
 
 
-def plot(results: dict, file: Path) -> None:
+def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
     colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
     colors |= {"llama_f32": "#5f6368", "llama_q4_0": "#81c995", "llama_q4_k": "#c58af9", "llama_q6_k": "#f28b82"}
@@ -260,7 +278,70 @@ def plot(results: dict, file: Path) -> None:
     for i, (path, pts) in enumerate(curves.items()):
         line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
         out.append(f'<polyline points="{line}" fill="none" stroke="{colors[path]}" stroke-width="2"/>')
-        out.append(f'<text x="{width - pad - 190}" y="{pad + 16 * i}" fill="{colors[path]}">— {PATHS[path]}</text>')
+        out.append(f'<text x="{width - pad - 190}" y="{pad + 16 * i}" fill="{colors[path]}">— {labels[path]}</text>')
+    out.append("</svg>")
+    file.write_text("\n".join(out) + "\n")
+
+
+def bytes_read(path: str, config) -> float:
+    """The bytes of weights one decode step of ``path`` reads (step 16's ``bytes_per_token``): 4 a weight in
+    float32, a format's bits over 8 for ``cache_<format>`` and ``llama_<format>``."""
+    from course.programs.generate import import_steps
+    from course.programs.quantize import FORMATS
+
+    fmt = path.split("_", 1)[1] if path.startswith(("cache_", "llama_")) else "f32"
+    bits = 32 if fmt == "f32" else FORMATS[fmt][1]
+    return import_steps("solutions", SOLUTIONS, [16])[16].bytes_per_token(config, bits / 8)
+
+
+def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidth: float, threads: int) -> None:
+    """Decode tok/s against the megabytes of weights a step reads, one point per path, on log-log axes, with
+    the memory limit (``bandwidth`` / bytes) as a line: the roofline of chapter 16, as a plain SVG."""
+    import math
+
+    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b"}
+    colors |= {f"cache_{name}": "#1a73e8" for name in QUANTIZE} | {p: "#5f6368" for p in results if p.startswith("llama_")}
+    points = {path: (bytes_read(path, config) / 1e6, r["decode_tok_s"]) for path, r in results.items()}
+    width, height, pad = 680, 460, 60
+    x_lo, x_hi = min(x for x, _ in points.values()) / 2, max(x for x, _ in points.values()) * 2
+    y_lo = min(y for _, y in points.values()) / 2
+    y_hi = max(max(y for _, y in points.values()), bandwidth * 1e3 / x_lo) * 1.5
+    sx = lambda x: pad + (width - 2 * pad) * math.log(x / x_lo) / math.log(x_hi / x_lo)  # noqa: E731
+    sy = lambda y: height - pad - (height - 2 * pad) * math.log(y / y_lo) / math.log(y_hi / y_lo)  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" role="img" '
+           f'aria-label="Decode speed against the bytes of weights read a token, with the memory limit" '
+           f'style="max-width: 100%; height: auto" font-family="sans-serif" font-size="12" fill="currentColor">',
+           f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="currentColor"/>',
+           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="currentColor"/>',
+           f'<text x="{width / 2}" y="{height - 14}" text-anchor="middle">MB of weights read per token (log)</text>',
+           f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">'
+           f'decode tok/s (log)</text>']
+    for value in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000):
+        if x_lo <= value <= x_hi:
+            out.append(f'<text x="{sx(value):.0f}" y="{height - pad + 16}" text-anchor="middle">{value}</text>')
+        if y_lo <= value <= y_hi:
+            out.append(f'<text x="{pad - 6}" y="{sy(value) + 4:.0f}" text-anchor="end">{value}</text>')
+    x_start = max(x_lo, bandwidth * 1e3 / y_hi)
+    out.append(f'<line x1="{sx(x_start):.1f}" y1="{sy(bandwidth * 1e3 / x_start):.1f}" x2="{sx(x_hi):.1f}" '
+               f'y2="{sy(bandwidth * 1e3 / x_hi):.1f}" stroke="#d93025" stroke-dasharray="5 4" stroke-width="1.5"/>')
+    out.append(f'<text x="{width - pad}" y="{pad - 8}" text-anchor="end" fill="#d93025">memory limit: '
+               f'{bandwidth:.1f} GB/s ÷ bytes a token (NumPy, {threads} threads for every engine)</text>')
+    boxes: list[tuple[float, float, float, float]] = []  # the labels placed so far: x0, x1, y0, y1
+    for path, (x, y) in sorted(points.items(), key=lambda item: -item[1][1]):
+        cx, cy = sx(x), sy(y)
+        text = f"{labels[path]}: {y:.0f} tok/s"
+        right = cx < width / 2
+        x0 = cx + 8 if right else cx - 8 - 5.2 * len(text)
+        x1 = x0 + 5.2 * len(text)
+        label_y = cy + 4
+        while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):
+            label_y += 12
+        boxes.append((x0, x1, label_y - 10, label_y + 3))
+        out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{colors.get(path, "#1a73e8")}"/>')
+        if label_y - cy > 8:  # moved down to clear another label: a leader line to its point
+            out.append(f'<line x1="{cx:.1f}" y1="{cy:.1f}" x2="{x0 if right else x1:.1f}" y2="{label_y - 4:.1f}" '
+                       f'stroke="currentColor" stroke-width="0.5"/>')
+        out.append(f'<text x="{x0:.1f}" y="{label_y:.1f}" font-size="10">{text}</text>')
     out.append("</svg>")
     file.write_text("\n".join(out) + "\n")
 
@@ -278,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quantize", nargs="+", choices=QUANTIZE, default=[], help="add the cached model with weights in these formats (CPU only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, help="write decode tok/s against generated length as an SVG")
+    p.add_argument("--roofline", type=Path, help="write decode tok/s against MB of weights read a token, with the "
+                   "memory limit NumPy measures here, as an SVG (GPT-2 only)")
     p.add_argument("--eval-tokens", type=int, default=1024, help="with --quantize: held-out tokens each format is scored on")
     p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)
     p.add_argument("--gguf-dir", help=argparse.SUPPRESS)  # where the llama.cpp paths' GGUF files are
@@ -290,21 +373,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.new_tokens < 3 or args.prompt_tokens < 1 or args.rounds < 1:
         raise SystemExit("bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more")
     _refuse_unfair_gpu(args.device)
+    bandwidth = None
+    if args.roofline:  # measured first, while nothing else runs
+        from course.programs.generate import import_steps
+
+        bandwidth = import_steps("solutions", SOLUTIONS, [16])[16].measure_bandwidth()
     paths = ["hf", "no_cache", "cache", "decode", *(f"cache_{name}" for name in args.quantize)]
     from course.programs import llama
 
-    peer = llama.version()
-    if peer is None:
+    family = "gpt2"
+    if args.model is not None:  # a Hub id, a folder or `course`, found (downloaded) once for every path
+        from course.checkpoints import CheckpointError, find
+
+        try:
+            found = find(args.model)
+        except CheckpointError as error:
+            raise SystemExit(f"bench: {error}") from None
+        family = found.family
+    if family == "llama":
+        if args.quantize or args.roofline:
+            flag = "--quantize" if args.quantize else "--roofline"
+            raise SystemExit(f"bench: {flag} runs Part I's GPT-2 (chapters 15 and 16); {args.model} is a Llama, "
+                             "which Part II runs in float32: leave it out")
+        paths = list(LLAMA_PATHS)
+        err.print("[dim]A Llama checkpoint: Hugging Face, ours without a cache and with step 24's; step 16's decode "
+                  "graph and the llama.cpp peer are Part I's (GPT-2) only.[/]")
+    labels = LLAMA_PATHS if family == "llama" else PATHS
+    peer = llama.version() if family == "gpt2" else None
+    if peer is None and family == "gpt2":
         err.print(f"[dim]llama.cpp is not installed, so bench times no peer: {llama.INSTALL}.[/]")
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         model = args.model
-        if model is not None:  # a Hub id, a folder or `course`, found (downloaded) once for every path
-            from course.checkpoints import CheckpointError, find
-
-            try:
-                model = str(find(model).folder)
-            except CheckpointError as error:
-                raise SystemExit(f"bench: {error}") from None
+        if model is not None:
+            model = str(found.folder)
         else:
             from course.weights import random_checkpoint
 
@@ -315,14 +416,18 @@ def main(argv: list[str] | None = None) -> int:
                 llama.files(Path(model), Path(scratch), list(args.quantize))
             args.gguf_dir = scratch
             paths += ["llama_f32", *(f"llama_{name}" for name in args.quantize)]
-        runs = _run_all(paths, args, model)
+        runs = _run_all(paths, args, model, labels)
     results = {path: _median(r) for path, r in runs.items()}
     hf = results["hf"]["decode_tok_s"]
     vs_peer = {path: r["decode_tok_s"] / results[PEERS[path]]["decode_tok_s"] for path, r in results.items()
                if PEERS.get(path) in results}
     perplexities = _perplexities(results)
     if args.plot:
-        plot(results, args.plot)
+        plot(results, args.plot, labels)
+    if args.roofline:
+        config = import_steps_config(model)
+        roofline(results, args.roofline, labels, config, bandwidth, llama.threads())
+        err.print(f"[dim]Roofline: {bandwidth:.1f} GB/s measured by NumPy before the runs; wrote {args.roofline}.[/]")
     if args.json:
         out = {}
         for path, r in results.items():
@@ -337,13 +442,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out))
         return 0
     weights = f"{args.model}'s weights" if args.model else f"{args.layers} layers, random weights"
-    table = Table(title=f"GPT-2 ({weights}, {args.device}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
+    name = "Llama" if family == "llama" else "GPT-2"
+    table = Table(title=f"{name} ({weights}, {args.device}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
     columns = ["path", "prefill ms", "decode tok/s", "× Hugging Face"] + (["× llama.cpp"] if vs_peer else [])
     columns += ["perplexity", "top-1 vs fp32", "max |Δ logit|"] if args.quantize else []
     for column in columns:
         table.add_column(column, justify="left" if column == "path" else "right")
     for path, r in results.items():
-        row = [PATHS[path], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}"]
+        row = [labels[path], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}"]
         row += [f"{vs_peer[path]:.2f}" if path in vs_peer else ""] if vs_peer else []
         if args.quantize:
             a = r.get("accuracy")
@@ -363,6 +469,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def import_steps_config(model: str):
+    """Step 01's GPT2Config of the checkpoint folder ``model`` (step 14's config_from_json)."""
+    from course.checkpoints import find
+    from course.programs.generate import import_steps
+
+    return import_steps("solutions", SOLUTIONS, [14])[14].config_from_json(find(model).config)
+
+
 def _perplexities(results: dict) -> dict[str, float]:
     """Each path's perplexity on the held-out tokens: Hugging Face's, float32's (on the cache row) and each format's."""
     out = {path: r["perplexity"] for path, r in results.items() if "perplexity" in r}
@@ -373,18 +487,18 @@ def _perplexities(results: dict) -> dict[str, float]:
     return out
 
 
-def _run_all(paths: list[str], args, model: str) -> dict[str, list[dict]]:
+def _run_all(paths: list[str], args, model: str, labels: dict[str, str] = PATHS) -> dict[str, list[dict]]:
     """Every path, round after round, each in its own process; a line per finished run."""
     runs = {path: [] for path in paths}
     for round_ in range(1, args.rounds + 1):
         for path in paths:
             started = time.perf_counter()
-            with err.status(f"round {round_}/{args.rounds}: {PATHS[path]} (its own process; "
+            with err.status(f"round {round_}/{args.rounds}: {labels[path]} (its own process; "
                             "a first MAX run compiles for minutes) …"):
                 scored = round_ == 1 and bool(args.quantize) and (path == "hf" or path.startswith("cache_"))
                 run = _run_worker(path, args, model, accuracy=scored)
             runs[path].append(run)
-            err.print(f"[dim]round {round_}/{args.rounds}: {PATHS[path]}: {run['decode_tok_s']:.1f} tok/s "
+            err.print(f"[dim]round {round_}/{args.rounds}: {labels[path]}: {run['decode_tok_s']:.1f} tok/s "
                       f"({time.perf_counter() - started:.0f} s)[/]")
     return runs
 

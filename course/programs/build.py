@@ -5,6 +5,10 @@
     next_logits = compile_model(steps, pretrained, device,     # step 11 or 15's model, compiled: ids -> logits
                                 cached=True, quantize="q4_0")
 
+A Llama checkpoint (Part II) takes the same road through its own steps: ``family(model)`` reads
+config.json's model_type, ``load(steps, model, "llama")`` is step 23's loader, and
+``compile_model`` builds step 22's model (no cache) or step 24's cached one.
+
 Random weights take the same road: :func:`course.weights.random_checkpoint` writes
 them as a checkpoint folder first (bench does), so every check along the way (each
 weight's name and shape, the vocabulary against ``vocab_size``) runs on them too.
@@ -15,12 +19,42 @@ from __future__ import annotations
 from course import runtime
 
 
-def load(steps: dict[int, object], model: str):
-    """Step 14's ``load_pretrained(model)``: a Hub id or folder, found, read, converted and vetted.
+#: The steps each family's programs import: everything up to its loader, and its cache.
+NEEDED = {"gpt2": (list(range(1, 15)), 15), "llama": ([*range(1, 15), *range(17, 24)], 24)}
+#: Each family's name in messages.
+NAMES = {"gpt2": "GPT-2", "llama": "Llama"}
+
+
+def family(model: str) -> str:
+    """"gpt2" or "llama": the family of the checkpoint ``model`` names (config.json's model_type).
+
+    Raises :class:`course.checkpoints.CheckpointError` (one line) when it cannot be found."""
+    from course.checkpoints import find
+
+    return find(model).family
+
+
+def family_of(config) -> str:
+    """The family of a loaded config: step 17's LlamaConfig, or step 01's GPT2Config."""
+    return "llama" if hasattr(config, "num_key_value_heads") else "gpt2"
+
+
+def context(config) -> int:
+    """The positions the model learned: GPT-2's n_positions, a Llama's max_position_embeddings."""
+    return config.max_position_embeddings if family_of(config) == "llama" else config.n_positions
+
+
+def layers(config) -> int:
+    return config.num_hidden_layers if family_of(config) == "llama" else config.n_layer
+
+
+def load(steps: dict[int, object], model: str, family: str = "gpt2"):
+    """Step 14's ``load_pretrained(model)`` (a Llama's: step 23's): a Hub id or folder, found, read,
+    converted and vetted.
 
     Raises :class:`course.checkpoints.CheckpointError` (one line) for a checkpoint it cannot use.
     """
-    return steps[14].load_pretrained(model)
+    return steps[23 if family == "llama" else 14].load_pretrained(model)
 
 
 def compile_model(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None = None,
@@ -38,6 +72,8 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     from max.experimental import functional as F
 
     config, state = pretrained.config, pretrained.state
+    if family_of(config) == "llama":
+        return _compile_llama(steps, pretrained, device, cached, quantize, decode)
     if decode and quantize:
         raise ValueError("step 16's decode graph is float32; --quantize runs step 15's cached model")
     model_class = steps[16].DecodeGPT2LMHeadModel if decode else (
@@ -57,3 +93,19 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
         return steps[15].CachedNextLogits(model, config, device)
     return steps[13].compile_next_logits(model, device)
 
+
+
+def _compile_llama(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None, decode: bool):
+    """Part II's Llama: step 22's model (no cache, step 13's graph) or step 24's cached one."""
+    from max.experimental import functional as F
+
+    if quantize or decode:
+        flag = "--quantize" if quantize else "step 16's decode graph"
+        raise ValueError(f"{flag} runs Part I's GPT-2 (chapters 15 and 16); Part II's Llama runs in float32")
+    config = pretrained.config
+    with F.lazy():
+        model = (steps[24].CachedLlamaForCausalLM if cached else steps[22].LlamaForCausalLM)(config)
+    model.load_state_dict({name: runtime.from_numpy(pretrained.state[name]) for name, _ in model.parameters})
+    if cached:
+        return steps[24].CachedLlamaNextLogits(model, config, device)
+    return steps[13].compile_next_logits(model, device)

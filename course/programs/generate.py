@@ -3,10 +3,12 @@
     pixi run main --prompt "The meaning of life is"
     pixi run gpt2 --model ./my-checkpoint --temperature 0 --max-new-tokens 32 --json
     pixi run main                      # no --prompt: type prompts, one per line
+    pixi run main --model course-llama # Part II: a Llama-family checkpoint runs on steps 17-24
 
 ``main`` imports only ``solutions/``; ``gpt2`` imports only your ``steps/``, all of
 them: tokenizer (12), generation (13), weights (14), KV cache (15) and the model
-they build on. Tokens stream as they come; the timing goes to stderr, so that
+they build on; for a Llama checkpoint (config.json's model_type), Part II's steps
+17-23 and its cache, step 24. Tokens stream as they come; the timing goes to stderr, so that
 ``--json`` prints one JSON object and nothing else on stdout.
 
 Every expected failure (a bad flag value, a checkpoint that cannot be found or
@@ -35,9 +37,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 #: The weight formats of ``--quantize`` (course.programs.quantize.FORMATS has their block sizes).
 QUANTIZE = ("q4_0", "q4_k", "q6_k")
 
-#: What the programs need, by step: everything up to the weights, and the cache.
-NEEDED = list(range(1, 15))
-CACHE_STEP = 15
+#: What the programs need, by step and family: everything up to the weights, and the cache.
+NEEDED = build.NEEDED
 
 
 class Stop(Exception):
@@ -52,9 +53,10 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Generate text with the course's GPT-2.")
     p.add_argument("--target", choices=["solutions", "steps"], default="solutions", help="whose code runs (main: solutions, gpt2: steps)")
     p.add_argument("--steps-dir", type=Path, default=STEPS, help="the learner's folder for --target steps")
-    p.add_argument("--model", help="a Hugging Face Hub id (gpt2, gpt2-medium, gpt2-large, gpt2-xl), a local folder, or "
-                   "course, the course's own small GPT-2 trained on the book (default: gpt2 when it is cached or "
-                   "the Hub answers, else course)")
+    p.add_argument("--model", help="a Hugging Face Hub id (gpt2, gpt2-medium, gpt2-large, gpt2-xl; a Llama such as "
+                   "HuggingFaceTB/SmolLM2-135M), a local folder, course (the course's own small GPT-2, trained on the "
+                   "book) or course-llama (its Llama, Part II) (default: gpt2 when it is cached or the Hub answers, "
+                   "else course)")
     p.add_argument("--prompt", help="the text to continue; without it, an interactive prompt")
     p.add_argument("--max-new-tokens", type=int, default=50, help="how many tokens to add at most (default 50)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default 0.8)")
@@ -71,7 +73,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
 # --- whose code -------------------------------------------------------------------------
 
 
-def import_steps(target: str, steps_dir: Path, numbers: list[int]) -> dict[int, object]:
+def import_steps(target: str, steps_dir: Path, numbers: list[int], family: str = "gpt2") -> dict[int, object]:
     """Imports the steps the program needs from one folder only."""
     folder = SOLUTIONS if target == "solutions" else steps_dir.resolve()
     if target == "steps":
@@ -79,11 +81,12 @@ def import_steps(target: str, steps_dir: Path, numbers: list[int]) -> dict[int, 
 
         left = unfinished(folder, numbers)
         if left:
-            lines = [f"Your GPT-2 is not finished: {len(left)} of the steps it runs on still have stubs in {folder.name}/."]
+            lines = [f"Your {build.NAMES[family]} is not finished: {len(left)} of the steps it runs on still have "
+                     f"stubs in {folder.name}/."]
             for number, todos in left.items():
                 what = f"TODO {', '.join(map(str, todos))}" if todos else "the file is missing"
                 lines.append(f"  step {number:02d} ({OUTLINE[number]}): {what} — check it with `pixi run s{number:02d}`")
-            if CACHE_STEP in left and len(left) == 1:
+            if NEEDED[family][1] in left and len(left) == 1:
                 lines.append("  (or run without the KV cache: `pixi run gpt2 --no-cache`)")
             raise Stop("\n".join(lines), code=1)
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() not in (SOLUTIONS, STEPS, steps_dir.resolve())]
@@ -133,16 +136,12 @@ def pick_device(name: str):
 class Generator:
     """The tokenizer, the compiled model and the loop, ready for prompts."""
 
-    def __init__(self, args, steps: dict[int, object]):
-        self.args, self.steps = args, steps
+    def __init__(self, args, steps: dict[int, object], family: str = "gpt2"):
+        self.args, self.steps, self.family = args, steps, family
         device = pick_device(args.device)
-        if args.model is None:
-            args.model, notice = default_model()
-            if notice:
-                err.print(f"[yellow]{notice}[/]")
         with err.status(f"Loading {args.model} …"):
             try:
-                pretrained = build.load(steps, args.model)
+                pretrained = build.load(steps, args.model, family)
             except CheckpointError as error:
                 raise Stop(str(error)) from None
             self.tokenizer = steps[12].Tokenizer.from_dir(pretrained.folder)
@@ -151,6 +150,9 @@ class Generator:
         vocab = getattr(self.tokenizer, "encoder", None) or {}
         self.longest_token = max(map(len, vocab), default=0) or None
         self.vocabulary = len(vocab) or self.config.vocab_size
+        if args.quantize and family != "gpt2":
+            raise Stop(f"--quantize runs Part I's GPT-2 (chapter 15); {args.model} is a {build.NAMES[family]}, "
+                       "which Part II runs in float32: leave --quantize out")
         if args.quantize:
             from course.programs.quantize import check
 
@@ -169,9 +171,18 @@ class Generator:
             kind += f", weights in {args.quantize}"
         note = "the first run on a machine takes a few minutes (MAX compiles and caches it); later runs take seconds"
         started = time.perf_counter()
-        with err.status(f"Compiling GPT-2 ({config.n_layer} layers, {millions:.0f}M parameters, {kind}) with MAX: {note} …"):
+        name = build.NAMES[self.family]
+        with err.status(f"Compiling {name} ({build.layers(config)} layers, {millions:.0f}M parameters, {kind}) with "
+                        f"MAX: {note} …"):
             self.next_logits = build.compile_model(self.steps, pretrained, self.device, cached, args.quantize)
         err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s ({kind}).[/]")
+        if cached and self.family == "llama":
+            per_token = self.steps[24].kv_bytes_per_token(config)
+            full = per_token * config.num_attention_heads // config.num_key_value_heads
+            err.print(f"[dim]KV cache: {per_token / 1024:.0f} KiB a token, {per_token * build.context(config) / 2**20:.1f} "
+                      f"MiB at {build.context(config)} tokens ({config.num_key_value_heads} key/value heads for "
+                      f"{config.num_attention_heads} query heads; one per query head would take {full / 1024:.0f} "
+                      f"KiB a token).[/]")
         if config.vocab_size > self.vocabulary:
             padded = config.vocab_size - self.vocabulary
             err.print(f"[dim]The model scores {config.vocab_size} tokens and its tokenizer has {self.vocabulary}: "
@@ -185,10 +196,10 @@ class Generator:
         Faults of the input are named as such, before the tokenizer sees it: text
         that is not valid Unicode, and text too long to fit whatever its tokens.
         """
-        check_text(prompt, self.longest_token, self.config.n_positions)
+        check_text(prompt, self.longest_token, build.context(self.config))
         ids = self.tokenizer.encode(prompt)
         try:
-            self.steps[13].check_lengths(len(ids), self.args.max_new_tokens, self.config.n_positions)
+            self.steps[13].check_lengths(len(ids), self.args.max_new_tokens, build.context(self.config))
         except ValueError as error:
             raise Stop(str(error)) from None
         return ids
@@ -200,7 +211,7 @@ class Generator:
         a, gen = self.args, self.steps[13]
         ids = self.encode(prompt)
         tokens = gen.generate(
-            self.next_logits, ids, a.max_new_tokens, n_positions=self.config.n_positions, eos_id=self.eos_id(),
+            self.next_logits, ids, a.max_new_tokens, n_positions=build.context(self.config), eos_id=self.eos_id(),
             temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
         )
         new, shown, times = [], "", []
@@ -243,7 +254,7 @@ def check_text(prompt: str, longest_token: int | None, n_positions: int) -> None
                    "set a UTF-8 locale, or pass the text as UTF-8") from None
     if longest_token and size > longest_token * n_positions:
         raise Stop(f"the prompt is {size:,} bytes: even in tokens of {longest_token} bytes, the tokenizer's longest, "
-                   f"that is more than the {n_positions} positions GPT-2 can read; shorten it")
+                   f"that is more than the {n_positions} positions the model can read; shorten it")
 
 
 def only_tokens_below(vocabulary: int, next_logits):
@@ -292,15 +303,23 @@ def main(argv: list[str] | None = None, prog: str = "python -m course.programs.g
     args = parser(prog).parse_args(argv)
     try:
         runtime.setup()
-        numbers = NEEDED if args.no_cache else [*NEEDED, CACHE_STEP]
-        steps = import_steps(args.target, args.steps_dir, numbers)
+        if args.model is None:
+            args.model, notice = default_model()
+            if notice:
+                err.print(f"[yellow]{notice}[/]")
+        try:
+            family = build.family(args.model)
+        except CheckpointError as error:
+            raise Stop(str(error)) from None
+        needed, cache_step = NEEDED[family]
+        steps = import_steps(args.target, args.steps_dir, needed if args.no_cache else [*needed, cache_step], family)
         try:
             steps[13].check_sampling(args.temperature, args.top_k, args.top_p)
             if args.max_new_tokens < 0:
                 raise ValueError(f"--max-new-tokens must be 0 or more, got {args.max_new_tokens}")
         except ValueError as error:
             raise Stop(str(error)) from None
-        generator = Generator(args, steps)
+        generator = Generator(args, steps, family)
         if args.prompt is not None:
             generator.encode(args.prompt)
         generator.compile()
