@@ -258,6 +258,10 @@ LLAMA_SMALL = dict(
     vocab_size=96, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
 )
 LLAMA_CONFIGS = {"small": LLAMA_SMALL, "smollm2-135m": SMOLLM2_135M}
+#: The Llama that generates in step 24's checks and the programs' (a checkpoint saved in test_programs.py): the small
+#: sizes with GEN's 320-token vocabulary and 128 positions. One size for both, so that they compile the same two
+#: graphs (cached and not): each Llama graph costs minutes cold.
+GEN_LLAMA = dict(LLAMA_SMALL, vocab_size=GEN["vocab_size"], max_position_embeddings=128)
 
 
 def llama_hf_config(**sizes) -> transformers.LlamaConfig:

@@ -27,7 +27,7 @@ import pytest
 
 from course.outline import ROOT, SOLUTIONS
 from harness import greedy_agreement
-from reference import GEN, LLAMA_SMALL, generation_model, hf_greedy, llama_hf_config, rounded_logits, seeded
+from reference import GEN, GEN_LLAMA, generation_model, hf_greedy, llama_hf_config, rounded_logits, seeded
 from trained_bpe import train_byte_bpe
 
 pytestmark = pytest.mark.programs
@@ -63,7 +63,7 @@ def llama_checkpoint(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tiny-llama")
     tokenizer = train_byte_bpe(folder, TEXT, vocab_size=GEN["vocab_size"])
     eos = tokenizer.token_to_id("<|endoftext|>")
-    config = llama_hf_config(**dict(LLAMA_SMALL, vocab_size=GEN["vocab_size"], max_position_embeddings=128))
+    config = llama_hf_config(**GEN_LLAMA)  # step 24's sizes: the same two compiled graphs as its checks
     config.eos_token_id = config.bos_token_id = eos
     model = seeded(LlamaForCausalLM(config), seed=24).eval()
     model.generation_config.eos_token_id = model.generation_config.bos_token_id = eos

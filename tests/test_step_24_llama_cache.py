@@ -41,7 +41,8 @@ from harness import (
     Mistake, assert_close, attribute, build, call, counting_compiles, fail, llama_twin, load_weights,
     matching_mistake, solution, todo_in,
 )
-from reference import LLAMA_SMALL, SMOLLM2_135M, hidden_states, llama_hf_config, seeded, softmax, to_max_state
+from reference import GEN_LLAMA, LLAMA_SMALL, SMOLLM2_135M, hidden_states, llama_hf_config, seeded, softmax
+from reference import to_max_state
 from test_step_15_kv_cache import _cached_call, _close, greedy_three_ways, hf_logits, teacher_forced
 from test_step_21_gqa import heads, hf_attention, repeated
 from test_step_22_llama_model import LAYER_MISTAKES, _run, context, layer_variants
@@ -51,8 +52,6 @@ pytestmark = pytest.mark.step24
 #: Attention: 4 query heads with 1, 2 or 4 key/value heads; SmolLM2's 9 sharing 3.
 CONFIGS = {f"small-kv{kv}": dict(LLAMA_SMALL, num_key_value_heads=kv) for kv in (1, 2, 4)}
 CONFIGS["smollm2-135m"] = dict(SMOLLM2_135M, num_hidden_layers=1)
-#: The generation checks' Llama: the small sizes, a 96-token vocabulary, 64 positions.
-GEN_LLAMA = dict(LLAMA_SMALL, vocab_size=96, max_position_embeddings=64)
 EOS = GEN_LLAMA["vocab_size"] - 1
 OFFSET = ("the new tokens are rotated as if they sat at positions 0, 1, …: the cache offset is ignored in RoPE, so "
           "every new query sees the cached keys at the wrong distance; rotate them for positions P … P + T - 1 "

@@ -358,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="a checkpoint (Hub id or folder, as for main) instead of random weights")
     p.add_argument("--quantize", nargs="+", choices=QUANTIZE, default=[], help="add the cached model with weights in these formats (CPU only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--paths", nargs="+", choices=list(PATHS), help="time only these paths (hf is always timed: "
+                   "the × Hugging Face column divides by it); e.g. leave out no_cache for long runs, where it is slow")
     p.add_argument("--plot", type=Path, help="write decode tok/s against generated length as an SVG")
     p.add_argument("--roofline", type=Path, help="write decode tok/s against MB of weights read a token, with the "
                    "memory limit NumPy measures here, as an SVG (GPT-2 only)")
@@ -416,7 +418,10 @@ def main(argv: list[str] | None = None) -> int:
                 llama.files(Path(model), Path(scratch), list(args.quantize))
             args.gguf_dir = scratch
             paths += ["llama_f32", *(f"llama_{name}" for name in args.quantize)]
+        if args.paths:
+            paths = [path for path in paths if path == "hf" or path in args.paths]
         runs = _run_all(paths, args, model, labels)
+        config = import_steps_config(model) if args.roofline else None  # before the scratch folder goes
     results = {path: _median(r) for path, r in runs.items()}
     hf = results["hf"]["decode_tok_s"]
     vs_peer = {path: r["decode_tok_s"] / results[PEERS[path]]["decode_tok_s"] for path, r in results.items()
@@ -425,7 +430,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(results, args.plot, labels)
     if args.roofline:
-        config = import_steps_config(model)
         roofline(results, args.roofline, labels, config, bandwidth, llama.threads())
         err.print(f"[dim]Roofline: {bandwidth:.1f} GB/s measured by NumPy before the runs; wrote {args.roofline}.[/]")
     if args.json:
