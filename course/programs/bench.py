@@ -81,13 +81,6 @@ LLAMA_PATHS = {"hf": PATHS["hf"], "no_cache": "ours, no cache (steps 13, 22)", "
 err = Console(stderr=True, highlight=False)
 
 
-def _family(model: str) -> str:
-    """"gpt2" or "llama": the family of the checkpoint folder ``model``."""
-    from course.checkpoints import find
-
-    return find(model).family
-
-
 def _prompt(n: int, vocab: int) -> list[int]:
     import numpy as np
 
@@ -181,10 +174,11 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
     from course import runtime
 
     runtime.setup()
+    from course.programs import build
     from course.programs.build import compile_model, context, load
     from course.programs.generate import import_steps, pick_device
 
-    family = _family(model)
+    family = build.family(model)
     steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16] + ([17, 22, 23, 24] if family == "llama" else []))
     gen = steps[13]
     quantize = path.removeprefix("cache_") if path.startswith("cache_") else None

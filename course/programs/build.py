@@ -94,7 +94,6 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     return steps[13].compile_next_logits(model, device)
 
 
-
 def _compile_llama(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None, decode: bool):
     """Part II's Llama: step 22's model (no cache, step 13's graph) or step 24's cached one."""
     from max.experimental import functional as F
