@@ -238,25 +238,28 @@ EAGER_IDS = [1, 2, 3, 4]  # a prefill of the first 3, then the 4th decoded again
 _eager: dict[str, str | None] = {}
 
 
-def eager_logits(model, config) -> np.ndarray:
-    """The learner's cached model run eagerly: a prefill of 3 tokens, then 1 decoded; the two logit rows."""
-    head_dim = config.n_embd // config.n_head
-    what = "CachedGPT2LMHeadModel.forward(ids, past_keys, past_values)"
-    keys = values = _empty_cache(config.n_layer, config.n_head, head_dim)
-    rows = []
-    for ids, cached in ((EAGER_IDS[:3], 0), (EAGER_IDS[3:], 3)):
-        result = call(model, from_numpy(np.array([ids], dtype=np.int64)), keys, values, what=what)
+def eager_logits(model, ids: list[int], layers: int, heads: int, head_dim: int, vocab_size: int,
+                 heads_name: str = "H") -> np.ndarray:
+    """A learner's cached model run eagerly: a prefill of all of ``ids`` but the last, then the last decoded
+    against their cache; the two logit rows. Its cache is ``layers`` key (and value) tensors
+    ``[1, heads, P, head_dim]``: step 15's GPT-2 (H heads) and step 24's Llama (K key/value heads) alike."""
+    what = f"{type(model).__name__}.forward(ids, past_keys, past_values)"
+    keys = values = _empty_cache(layers, heads, head_dim)
+    prefill, rows = len(ids) - 1, []
+    for new, cached in ((ids[:prefill], 0), (ids[prefill:], prefill)):
+        result = call(model, from_numpy(np.array([new], dtype=np.int64)), keys, values, what=what)
         if not isinstance(result, tuple | list) or len(result) != 3:
             fail(f"{what} returned {type(result).__name__}, expected (logits, keys, values) — {todo_in(type(model).forward)}")
         logits, keys, values = result
         shape = [int(d) for d in logits.shape]
-        if shape != [1, config.vocab_size]:
-            fail(f"{what} gave logits of shape {shape}, expected [batch, vocab_size] = [1, {config.vocab_size}] "
+        if shape != [1, vocab_size]:
+            fail(f"{what} gave logits of shape {shape}, expected [batch, vocab_size] = [1, {vocab_size}] "
                  f"(the last position only) — {todo_in(type(model).forward)}")
-        total = cached + len(ids)
-        if len(keys) != config.n_layer or [int(d) for d in keys[0].shape] != [1, config.n_head, total, head_dim]:
-            fail(f"{what} should return one [1, H, {total}, D] key tensor per layer after {total} tokens — "
-                 f"{todo_in(type(model).forward)}")
+        total = cached + len(new)
+        expected = [1, heads, total, head_dim]
+        if len(keys) != layers or [int(d) for d in keys[0].shape] != expected:
+            fail(f"{what} should return one [1, {heads_name}, {total}, D] = {expected} key tensor per layer after "
+                 f"{total} tokens — {todo_in(type(model).forward)}")
         rows.append(to_numpy(logits)[0])
     return np.stack(rows)
 
@@ -307,7 +310,8 @@ def check_model_eagerly(step, reference) -> None:
     model = build(attribute(step, "CachedGPT2LMHeadModel"), config)
     load_weights(model, to_max_state(reference))
     try:
-        got = eager_logits(model, config)
+        got = eager_logits(model, EAGER_IDS, config.n_layer, config.n_head, config.n_embd // config.n_head,
+                           config.vocab_size)
         compare_logits(step, got, reference, EAGER_IDS, 3, "eager logits with the cache (a prefill of 3 tokens, "
                        "then 1) vs GPT2LMHeadModel over all 4")
     except pytest.fail.Exception as failure:

@@ -43,7 +43,7 @@ from harness import (
 )
 from reference import GEN_LLAMA, LLAMA_SMALL, SMOLLM2_135M, hidden_states, llama_hf_config, seeded, softmax
 from reference import to_max_state
-from test_step_15_kv_cache import _cached_call, _close, greedy_three_ways, hf_logits, teacher_forced
+from test_step_15_kv_cache import _cached_call, _close, eager_logits, greedy_three_ways, hf_logits, teacher_forced
 from test_step_21_gqa import heads, hf_attention, repeated
 from test_step_22_llama_model import LAYER_MISTAKES, _run, context, layer_variants
 
@@ -227,37 +227,15 @@ def compare_logits(step, got: np.ndarray, reference, ids: list[int], prefill: in
     assert_close(got, expected, what, mistakes=wrong, step=step)
 
 
-def eager_logits(step, model, config) -> np.ndarray:
-    """The learner's cached model, eagerly: a prefill of 3 tokens, then 1 decoded; the two logit rows."""
-    what = "CachedLlamaForCausalLM.forward(ids, past_keys, past_values)"
-    empty = np.zeros((1, config.num_key_value_heads, 0, config.head_dim), dtype=np.float32)
-    keys = values = [from_numpy(empty) for _ in range(config.num_hidden_layers)]
-    rows = []
-    for ids, cached in ((EAGER_IDS[:3], 0), (EAGER_IDS[3:], 3)):
-        result = call(model, from_numpy(np.array([ids], dtype=np.int64)), keys, values, what=what)
-        if not isinstance(result, tuple | list) or len(result) != 3:
-            fail(f"{what} returned {type(result).__name__}, expected (logits, keys, values) — {todo_in(type(model).forward)}")
-        logits, keys, values = result
-        shape = [int(d) for d in logits.shape]
-        if shape != [1, config.vocab_size]:
-            fail(f"{what} gave logits of shape {shape}, expected [batch, vocab_size] = [1, {config.vocab_size}] "
-                 f"(the last position only) — {todo_in(type(model).forward)}")
-        total = cached + len(ids)
-        expected = [1, config.num_key_value_heads, total, config.head_dim]
-        if len(keys) != config.num_hidden_layers or [int(d) for d in keys[0].shape] != expected:
-            fail(f"{what} should return one {expected} key tensor per layer after {total} tokens — "
-                 f"{todo_in(type(model).forward)}")
-        rows.append(to_numpy(logits)[0])
-    return np.stack(rows)
-
-
 @pytest.mark.parametrize("head", ["tied", "untied"])
 def test_cached_model_eagerly(step, head):
     """the cached model, run eagerly, gives Hugging Face's logits for a prefill and a decoded token"""
     reference = generation_llama(tied=head == "tied")
     model = llama_twin(step, "CachedLlamaForCausalLM", reference, reference.config)
     config = solution(17).LlamaConfig.from_hf(reference.config)
-    compare_logits(step, eager_logits(step, model, config), reference, EAGER_IDS, 3,
+    got = eager_logits(model, EAGER_IDS, config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
+                       config.vocab_size, heads_name="K")
+    compare_logits(step, got, reference, EAGER_IDS, 3,
                    f"eager logits with the cache (a prefill of 3 tokens, then 1; head {head}) vs LlamaForCausalLM "
                    f"over all 4")
 

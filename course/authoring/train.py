@@ -29,7 +29,7 @@ float16; the course reads them as float32.
 SwiGLU, 4 query heads sharing 2 key/value heads, the head tied), with the same
 tokenizer, batches and steps. Its held-out text is the GPT-2 model's ``heldout.txt``,
 word for word, and no paragraph of it is trained on, so that the two models'
-perplexities are measured on the same tokens (chapter 25).
+perplexities are measured on the same tokens (chapter 24).
 
 The run is seeded (``--seed``): its batches come from one NumPy generator and its
 initial weights from ``torch.manual_seed``. On the same machine it writes the same
@@ -211,8 +211,9 @@ def full_vocabulary(model, index: np.ndarray, sizes: dict, model_class, config_c
     config = config_class(vocab_size=VOCABULARY, bos_token_id=END_OF_TEXT_ID, eos_token_id=END_OF_TEXT_ID, **sizes)
     full = model_class(config)
     state = model.state_dict()
-    table = model.get_input_embeddings().weight.detach()[torch.from_numpy(index)]
-    state = {key: table if value.data_ptr() == model.get_input_embeddings().weight.data_ptr() else value
+    embedding = model.get_input_embeddings().weight
+    table = embedding.detach()[torch.from_numpy(index)]
+    state = {key: table if value.data_ptr() == embedding.data_ptr() else value
              for key, value in state.items()}  # the embedding, and the tied head that shares its storage
     full.load_state_dict(state)
     full.tie_weights()
