@@ -112,9 +112,16 @@ def cached_attention(state: dict, x: np.ndarray, past_len: int, new_first: bool 
     their cache; ``new_first`` puts the new keys and values before the cached ones."""
     x = x.astype(np.float64)
     q, k, v = np.split(x @ state["c_attn.weight"].T + state["c_attn.bias"], 3, axis=-1)
-    q, k, v = _heads(q), _heads(k), _heads(v)
+    y = attend_in_two_calls(_heads(q), _heads(k), _heads(v), past_len, new_first)
+    return y.transpose(0, 2, 1, 3).reshape(x.shape) @ state["c_proj.weight"].T + state["c_proj.bias"]
+
+
+def attend_in_two_calls(q: np.ndarray, k: np.ndarray, v: np.ndarray, past_len: int, new_first: bool = False) -> np.ndarray:
+    """Causal attention of q, k, v ``[B, H, T, D]`` as a cached model computes it: the first ``past_len`` tokens
+    as a prefill, then the rest against all the keys so far; ``new_first`` (a mistake) puts the new keys and
+    values before the cached ones. Returns ``[B, H, T, D]``."""
     outputs = []
-    for start, end in ((0, past_len), (past_len, x.shape[1])):
+    for start, end in ((0, past_len), (past_len, q.shape[2])):
         if start == end:
             continue
         keys, values = k[:, :, :end], v[:, :, :end]
@@ -122,10 +129,9 @@ def cached_attention(state: dict, x: np.ndarray, past_len: int, new_first: bool 
             keys = np.concatenate([k[:, :, start:end], k[:, :, :start]], axis=2)
             values = np.concatenate([v[:, :, start:end], v[:, :, :start]], axis=2)
         mask = _mask(end - start, start, lambda i, j: j <= start + i)
-        weights = softmax(q[:, :, start:end] @ keys.transpose(0, 1, 3, 2) / np.sqrt(HEAD_DIM) + mask)
+        weights = softmax(q[:, :, start:end] @ keys.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]) + mask)
         outputs.append(weights @ values)
-    y = np.concatenate(outputs, axis=2).transpose(0, 2, 1, 3).reshape(x.shape)
-    return y @ state["c_proj.weight"].T + state["c_proj.bias"]
+    return np.concatenate(outputs, axis=2)
 
 
 def _cached_call(step, module, x: np.ndarray, past_k, past_v, what: str):

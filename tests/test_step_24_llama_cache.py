@@ -41,9 +41,11 @@ from harness import (
     Mistake, assert_close, attribute, build, call, counting_compiles, fail, llama_twin, load_weights,
     matching_mistake, solution, todo_in,
 )
-from reference import GEN_LLAMA, LLAMA_SMALL, SMOLLM2_135M, hidden_states, llama_hf_config, seeded, softmax
+from reference import GEN_LLAMA, LLAMA_SMALL, SMOLLM2_135M, hidden_states, llama_hf_config, seeded
 from reference import to_max_state
-from test_step_15_kv_cache import _cached_call, _close, eager_logits, greedy_three_ways, hf_logits, teacher_forced
+from test_step_15_kv_cache import (
+    _cached_call, _close, attend_in_two_calls, eager_logits, greedy_three_ways, hf_logits, teacher_forced,
+)
 from test_step_21_gqa import heads, hf_attention, repeated
 from test_step_22_llama_model import LAYER_MISTAKES, _run, context, layer_variants
 
@@ -112,18 +114,8 @@ def cached_reference(x: np.ndarray, state: dict, sizes: dict, past_len: int, *, 
 
     q, k = rotate(q), rotate(k)
     k, v = repeated(k, n_head // n_kv), repeated(v, n_head // n_kv)
-    outputs = []
-    for start, end in ((0, past_len), (past_len, total)):
-        if start == end:
-            continue
-        keys, values = k[:, :, :end], v[:, :, :end]
-        if new_first and start:
-            keys = np.concatenate([k[:, :, start:end], k[:, :, :start]], axis=2)
-            values = np.concatenate([v[:, :, start:end], v[:, :, :start]], axis=2)
-        i, j = np.ogrid[: end - start, :end]
-        mask = np.where(j <= start + i, 0.0, -np.inf)
-        outputs.append(softmax(q[:, :, start:end] @ keys.transpose(0, 1, 3, 2) / np.sqrt(head_dim) + mask) @ values)
-    y = np.concatenate(outputs, axis=2).transpose(0, 2, 1, 3).reshape(*x.shape[:2], n_head * head_dim)
+    y = attend_in_two_calls(q, k, v, past_len, new_first)
+    y = y.transpose(0, 2, 1, 3).reshape(*x.shape[:2], n_head * head_dim)
     return y @ state["o_proj.weight"].T
 
 
