@@ -1019,6 +1019,8 @@ def test_slow():
     cache = Path(os.environ["MODULAR_CACHE_DIR"])
     (cache / ".max_cache").mkdir(parents=True, exist_ok=True)
     (cache / ".max_cache" / "mef.lock-1a2b3c4d").write_bytes(bytes(8))  # a warm run takes a lock
+    (cache / "course-graphs").mkdir(parents=True, exist_ok=True)  # and may keep a graph MAX had cached
+    (cache / "course-graphs" / "Model-0123.mef").write_bytes(bytes(1000))
     if os.environ["FAKE_COMPILE"]:  # and a cold one writes a kernel
         (cache / ".mogg_cache").mkdir(parents=True, exist_ok=True)
         (cache / ".mogg_cache" / "kernel.so").write_bytes(bytes(1000))
@@ -1069,7 +1071,8 @@ def test_runner_prints_progress_off_a_terminal(fake_step, run_kind):
 
 
 def test_compile_notice_only_when_maxs_cache_grows(fake_step):
-    """the compile notice appears when the check writes a kernel into MAX's cache, not on a warm run"""
+    """the compile notice appears when the check writes a kernel into MAX's cache, not on a warm run (which
+    may write the course's own MEF file of a graph MAX had cached)"""
     assert "MAX is compiling" not in fake_step["warm"], fake_step["warm"]
     assert fake_step["compiling"].count("MAX is compiling") == 1, fake_step["compiling"]
 
@@ -1081,3 +1084,104 @@ def test_runner_counts_skips(fake_step):
     assert "- a check that needs GPT-2's files [2] (skipped)" in output, output
     assert output.count("`hf download gpt2` (550 MB, once)") == 1, output
     assert "Fake step: 1 of 5 checks fail, 2 skipped: GPT-2's files are not here." in output, output
+
+
+# --- the course's compiled graphs (course/runtime.py) -----------------------------------------------
+
+
+def _probe_graph(scale: float = 3.0, rows: int = 37, op: str = "tanh"):
+    """A small graph of the course's own: rows x 41 inputs, times ``scale``, through ``op``."""
+    from max.dtype import DType
+    from max.graph import DeviceRef, Graph, TensorType, ops
+
+    with Graph("course_graph_probe", input_types=[TensorType(DType.float32, [rows, 41], DeviceRef.CPU())]) as graph:
+        graph.output(getattr(ops, op)(graph.inputs[0] * scale + 1.5))
+    return graph
+
+
+def test_a_graph_file_names_what_the_graph_computes(tmp_path):
+    """the course's MEF file of a graph is the same for the same graph built twice, and another for another
+    constant, shape, op or machine"""
+    from course.runtime import graph_file
+
+    name = graph_file(_probe_graph(), tmp_path, "host A")
+    assert graph_file(_probe_graph(), tmp_path, "host A") == name
+    others = {"another constant": graph_file(_probe_graph(scale=3.5), tmp_path, "host A"),
+              "another shape": graph_file(_probe_graph(rows=38), tmp_path, "host A"),
+              "another op": graph_file(_probe_graph(op="sigmoid"), tmp_path, "host A"),
+              "another machine or MAX": graph_file(_probe_graph(), tmp_path, "host B")}
+    same = [what for what, other in others.items() if other == name]
+    assert not same, f"{same}: the same MEF file {name.name} as the graph it differs from"
+    assert name.parent == tmp_path and name.name.startswith("course_graph_probe-") and name.suffix == ".mef", name
+
+
+def test_the_graph_files_are_trimmed_oldest_first(tmp_path):
+    """past its limit, the folder of MEF files loses the files used longest ago, and keeps the rest"""
+    from course.runtime import trim
+
+    for age, name in enumerate(["newest", "middle", "oldest", "older"]):
+        file = tmp_path / f"{name}.mef"
+        file.write_bytes(bytes(1000))
+        os.utime(file, (1e9 - 3600 * age, 1e9 - 3600 * age))
+    trim(tmp_path, keep_bytes=2500)
+    assert sorted(f.stem for f in tmp_path.glob("*.mef")) == ["middle", "newest"], list(tmp_path.iterdir())
+
+
+def test_a_compiled_graph_loads_from_its_file_the_next_time(monkeypatch):
+    """a graph is kept as a MEF file once compiled, loaded from it the next time (with the same numbers), and a
+    broken file is replaced rather than trusted"""
+    from max.driver import CPU, Buffer
+    from max.engine import InferenceSession
+
+    from course import runtime
+
+    monkeypatch.setattr(runtime, "KEEP_AFTER_SECONDS", 0.0)
+    opened: list[object] = []
+    compile_ = InferenceSession.compile
+
+    def compile_and_record(self, model, **kwargs):  # what MAX compiled or loaded without an error
+        compiled = compile_(self, model, **kwargs)
+        opened.append(model)
+        return compiled
+
+    monkeypatch.setattr(InferenceSession, "compile", compile_and_record)
+    session = InferenceSession(devices=[CPU()])
+    path = runtime.graph_file(_probe_graph(), runtime.max_cache() / runtime.GRAPHS, f"{runtime._host()} | []")
+    path.unlink(missing_ok=True)
+    x = np.linspace(-1, 1, 37 * 41, dtype=np.float32).reshape(37, 41)
+    expected = np.tanh(x * 3.0 + 1.5)
+
+    def run_probe() -> np.ndarray:
+        model = session.init(session.compile_reusing_mefs(_probe_graph()))
+        return model.execute(Buffer.from_numpy(x))[0].to_numpy()
+
+    for attempt in ("compiled", "loaded from its file", "compiled over a broken file", "loaded again"):
+        if attempt == "compiled over a broken file":
+            path.write_bytes(b"not a MEF")
+        opened.clear()
+        got = run_probe()
+        assert np.abs(got - expected).max() < 1e-5, f"{attempt}: max |Δ| {np.abs(got - expected).max():.1e}"
+        from_file = any(isinstance(model, (str, Path)) and Path(model) == path for model in opened)
+        assert from_file == attempt.startswith("loaded"), f"{attempt}: MAX was given {opened}"
+        assert path.is_file() and path.stat().st_size > 1000, f"{attempt}: {path} is missing or broken"
+
+
+def test_op_profile_splits_a_logged_step():
+    """op_profile times each outermost op from its LAUNCH to its COMPLETE, and splits the rest of a step into the
+    time between ops and Python's"""
+    from course.authoring.op_profile import kind_of, profile
+
+    step = [(0.000, "MARK", "", -1),
+            (0.001, "LAUNCH", "Epilogue(matmul, add)", 1), (0.002, "LAUNCH", "matmulmo.matmul", 2),
+            (0.004, "COMPLETE", "matmulmo.matmul", 2), (0.005, "COMPLETE", "Epilogue(matmul, add)", 1),
+            (0.006, "LAUNCH", "Prologue(static.reshape, slice, concat)", 3),
+            (0.007, "COMPLETE", "Prologue(static.reshape, slice, concat)", 3),
+            (0.010, "MARK", "", -1)]
+    seconds, counts, between, python, whole = profile(step)
+    got = {name: round(1000 * t, 6) for name, t in seconds.items()}
+    assert got == {"Epilogue(matmul, add)": 4.0, "Prologue(static.reshape, slice, concat)": 1.0}, got
+    assert dict(counts) == {"Epilogue(matmul, add)": 1, "Prologue(static.reshape, slice, concat)": 1}, counts
+    assert (round(1000 * between, 6), round(1000 * python, 6), round(1000 * whole, 6)) == (1.0, 4.0, 10.0), \
+        (between, python, whole)
+    assert kind_of("Epilogue(matmul, add)").endswith("(matmul)") and kind_of("Prologue(slice, concat)").startswith(
+        "the cache"), (kind_of("Epilogue(matmul, add)"), kind_of("Prologue(slice, concat)"))

@@ -45,30 +45,22 @@ COMPILING = "MAX is compiling a kernel this machine has not used before. It happ
 
 
 def max_cache() -> Path:
-    """The folder MAX caches compiled kernels in, as MAX resolves it.
-
-    ``~/.cache/modular`` unless MODULAR_CACHE_DIR, MODULAR_HOME, XDG_CACHE_HOME or
-    ``modular.cfg`` says otherwise. MAX reports its model cache, ``<folder>/.max_cache``;
-    the kernels go to ``.mogg_cache`` and ``.mojo_cache`` beside it.
-    """
+    """The folder MAX caches compiled kernels in (:func:`course.runtime.max_cache`)."""
     runtime.setup()  # MAX's log level is set before MAX loads
-    try:
-        from max._core.engine import max_cache_dir
-
-        found = max_cache_dir()
-    except Exception:  # noqa: BLE001 - another MAX release: fall back to the default place
-        found = None
-    return found.parent if found else Path.home() / ".cache" / "modular"
+    return runtime.max_cache()
 
 
 def _cache_bytes(folder: Path) -> int:
-    """The size of MAX's cache: every file in it but the locks.
+    """The size of MAX's cache: every file in it but the locks and the course's own MEF files.
 
     A warm run only takes and drops locks (``mef.lock-1a2b3c4d``, 8 bytes each), so the
-    cache grows only when MAX compiles something.
+    cache grows only when MAX compiles something. (A graph MAX loads from its cache is
+    also written to ``course-graphs/`` the first time, which is not a compile.)
     """
     total = 0
-    for path, _, names in os.walk(folder):
+    for path, folders, names in os.walk(folder):
+        if runtime.GRAPHS in folders:
+            folders.remove(runtime.GRAPHS)
         for name in names:
             if ".lock" not in name:
                 with contextlib.suppress(OSError):
