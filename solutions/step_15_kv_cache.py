@@ -145,10 +145,15 @@ class CachedNextLogits:
     It remembers the ids it has seen and their keys and values. Called with ids
     that extend them, it feeds only the new ids (one per decode step); called with
     anything else, it starts over with a prefill.
+
+    It runs the compiled graph through its engine (``engine_model.execute``) on raw
+    buffers, in the graph's input order: the ids, every layer's keys, every layer's
+    values. Calling the graph as ``graph(ids, keys, values)`` gives the same numbers
+    as Tensors, and costs about 1.2 ms more per call, a twentieth of a decode step.
     """
 
     def __init__(self, model: CachedGPT2LMHeadModel, config: GPT2Config, device=None):
-        from max.driver import CPU
+        from max.driver import CPU, Buffer
         from max.dtype import DType
         from max.experimental.tensor import TensorType
 
@@ -160,7 +165,7 @@ class CachedNextLogits:
         model.to(self.device)
         self.run = model.compile(ids, [self.kv] * layers, [self.kv] * layers)
         empty = np.zeros((1, heads, 0, head_dim), dtype=np.float32)
-        self.empty = [Tensor.from_dlpack(empty).to(self.device) for _ in range(layers)]
+        self.empty = [Buffer.from_numpy(empty).to(self.device) for _ in range(layers)]
         self.reset()
 
     def cache_shape(self, config) -> tuple[int, int, int]:
@@ -177,17 +182,19 @@ class CachedNextLogits:
         self.keys, self.values = self.empty, self.empty
 
     def __call__(self, ids: list[int]) -> np.ndarray:
-        from max.driver import CPU
+        from max.driver import CPU, Buffer
 
         ids = [int(i) for i in ids]
         if ids[: len(self.seen)] != self.seen or len(ids) == len(self.seen):
             self.reset()
         new = ids[len(self.seen) :]
         self.check_positions(len(new), len(self.seen))
-        new_ids = Tensor.from_dlpack(np.asarray([new], dtype=np.int64)).to(self.device)
-        logits, self.keys, self.values = self.graph(len(new))(new_ids, self.keys, self.values)
+        new_ids = Buffer.from_numpy(np.asarray([new], dtype=np.int64)).to(self.device)
+        outputs = self.graph(len(new)).engine_model.execute(new_ids, *self.keys, *self.values)
+        layers = len(self.empty)  # out come the logits, every layer's keys, every layer's values
+        logits, self.keys, self.values = outputs[0], outputs[1:1 + layers], outputs[1 + layers:]
         self.seen = ids
-        return np.asarray(logits.to(CPU()).to_numpy())[0]
+        return logits.to(CPU()).to_numpy()[0]
 
     def graph(self, new_tokens: int):
         """The compiled graph for a call with ``new_tokens`` new ids: here always the one graph
