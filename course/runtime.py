@@ -38,6 +38,7 @@ both. Code that wants a GPU passes ``device=`` explicitly.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import platform
@@ -132,6 +133,18 @@ def graph_file(graph, folder: Path, host: str) -> Path:
     return folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', graph.name)[:60]}-{digest}.mef"
 
 
+@functools.cache
+def _graphs() -> tuple[Path, str]:
+    """The folder of the course's MEF files, and what they are compiled for (this process's)."""
+    return max_cache() / GRAPHS, _host()
+
+
+def graph_path(graph, options: dict) -> Path:
+    """Where this process keeps the MEF of ``graph`` compiled with ``options`` (compile's keyword arguments)."""
+    folder, host = _graphs()
+    return graph_file(graph, folder, f"{host} | {sorted(options.items())}")
+
+
 def trim(folder: Path, keep_bytes: int | None = None) -> None:
     """Deletes the MEF files used longest ago until ``folder`` holds at most ``keep_bytes`` (:data:`KEEP_BYTES`)."""
     sizes = {}
@@ -159,15 +172,12 @@ def reuse_compiled_graphs() -> None:
     original = InferenceSession.compile_reusing_mefs
     if getattr(original, "course_graphs", False):
         return
-    where: dict[str, object] = {}
 
     def compile_reusing_mefs(session, model, **kwargs):
         if not isinstance(model, Graph) or kwargs.get("custom_extensions") or session._mef_store is not None \
                 or InferenceSession.default_mef_store is not None:
             return original(session, model, **kwargs)
-        if "host" not in where:
-            where["folder"], where["host"] = max_cache() / GRAPHS, _host()
-        path = graph_file(model, where["folder"], f"{where['host']} | {sorted(kwargs.items())}")
+        path = graph_path(model, kwargs)
         if path.is_file():
             try:
                 compiled = session.compile(path)

@@ -1120,12 +1120,12 @@ def test_the_graph_files_are_trimmed_oldest_first(tmp_path):
     """past its limit, the folder of MEF files loses the files used longest ago, and keeps the rest"""
     from course.runtime import trim
 
-    for age, name in enumerate(["newest", "middle", "oldest", "older"]):
+    for age, name in enumerate(["newest", "newer", "older", "oldest"]):
         file = tmp_path / f"{name}.mef"
         file.write_bytes(bytes(1000))
         os.utime(file, (1e9 - 3600 * age, 1e9 - 3600 * age))
     trim(tmp_path, keep_bytes=2500)
-    assert sorted(f.stem for f in tmp_path.glob("*.mef")) == ["middle", "newest"], list(tmp_path.iterdir())
+    assert sorted(f.stem for f in tmp_path.glob("*.mef")) == ["newer", "newest"], list(tmp_path.iterdir())
 
 
 def test_a_compiled_graph_loads_from_its_file_the_next_time(monkeypatch):
@@ -1147,7 +1147,7 @@ def test_a_compiled_graph_loads_from_its_file_the_next_time(monkeypatch):
 
     monkeypatch.setattr(InferenceSession, "compile", compile_and_record)
     session = InferenceSession(devices=[CPU()])
-    path = runtime.graph_file(_probe_graph(), runtime.max_cache() / runtime.GRAPHS, f"{runtime._host()} | []")
+    path = runtime.graph_path(_probe_graph(), {})
     path.unlink(missing_ok=True)
     x = np.linspace(-1, 1, 37 * 41, dtype=np.float32).reshape(37, 41)
     expected = np.tanh(x * 3.0 + 1.5)

@@ -13,9 +13,9 @@ pipe and timestamps each line as it arrives. An op's time is from its LAUNCH lin
 COMPLETE line; "between ops" is the rest of each step inside the graph call; "Python" is
 the rest of the step (the call into the graph and back, the argmax).
 
-Writing and reading a line per event costs time of its own, so the logged step is slower
-than bench's; the table gives both, and its shares, not its absolute times, are the
-profile. The first run compiles a new graph (the log level is part of it): about a minute.
+Writing and reading a line per event costs time of its own, so a logged step is slower
+than bench's: the shares, not the milliseconds, are the profile. The first run compiles
+a new graph (the log level is part of it): a minute or two; later runs load it.
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ def child(path: str, model: str, tokens: int) -> None:
     print("@@ START", flush=True)
     for token in steps[13].generate(next_logits, ids, tokens, **kwargs):
         print(f"@@ STEP {token}", flush=True)
-    print("@@ END", flush=True)
 
 
 def read(process: subprocess.Popen) -> list[list[tuple[float, str, str, int]]]:
