@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from course.outline import ROOT, SOLUTIONS
-from harness import greedy_agreement
+from harness import greedy_agreement, solution
 from reference import GEN, GEN_LLAMA, generation_model, hf_greedy, llama_hf_config, rounded_logits, seeded
 from trained_bpe import train_byte_bpe
 
@@ -270,6 +270,31 @@ def test_bench_draws_the_roofline(checkpoint, bench_run):
     assert bandwidth > 0.5, text
     config = import_steps_config(str(checkpoint))
     assert bytes_read("cache_q4_0", config) / bytes_read("cache", config) == pytest.approx(4.5 / 32)
+
+
+def test_roofline_labels_cover_no_point(tmp_path):
+    """the roofline's labels cover neither another label nor any point, with the paths bunched as on 2026-11-26
+    (the q4 formats of both engines within a few MB and tok/s of each other, q6_k beside them)"""
+    import re
+
+    from course.programs.bench import PATHS, roofline
+
+    speeds = {"hf": 26.3, "no_cache": 15.1, "cache": 36.7, "decode": 46.0, "cache_q4_0": 189.8, "cache_q4_k": 175.2,
+              "cache_q6_k": 116.2, "llama_f32": 58.3, "llama_q4_0": 231.5, "llama_q4_k": 236.9, "llama_q6_k": 171.8}
+    svg = tmp_path / "roofline.svg"
+    roofline({path: {"decode_tok_s": v} for path, v in speeds.items()}, svg, PATHS,
+             solution(1).GPT2Config(), 25.9, 2)
+    text = svg.read_text()
+    points = [(float(x), float(y)) for x, y in re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)"', text)]
+    labels_at = [(float(x), float(y), len(t)) for x, y, t in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" font-size="10">([^<]+)<', text)]
+    assert len(points) == len(labels_at) == len(speeds), text
+    boxes = [(x, x + 5.2 * n, y - 10, y + 3) for x, y, n in labels_at]
+    covered = [(box, point) for box in boxes for point in points
+               if box[0] - 4 < point[0] < box[1] + 4 and box[2] - 4 < point[1] < box[3] + 4]
+    assert not covered, f"labels over points: {covered}"
+    crossing = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+                if a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]]
+    assert not crossing, f"labels over labels: {crossing}"
 
 
 def test_bench_json_on_a_checkpoint(checkpoint, bench_json):

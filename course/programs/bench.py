@@ -320,7 +320,8 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
                f'y2="{sy(bandwidth * 1e3 / x_hi):.1f}" stroke="#d93025" stroke-dasharray="5 4" stroke-width="1.5"/>')
     out.append(f'<text x="{width - pad}" y="{pad - 8}" text-anchor="end" fill="#d93025">memory limit: '
                f'{bandwidth:.1f} GB/s ÷ bytes a token (NumPy, {threads} threads for every engine)</text>')
-    boxes: list[tuple[float, float, float, float]] = []  # the labels placed so far: x0, x1, y0, y1
+    # What a label must not cover: every point, and the labels placed so far (x0, x1, y0, y1).
+    boxes = [(sx(x) - 5, sx(x) + 5, sy(y) - 5, sy(y) + 5) for x, y in points.values()]
     for path, (x, y) in sorted(points.items(), key=lambda item: -item[1][1]):
         cx, cy = sx(x), sy(y)
         text = f"{labels[path]}: {y:.0f} tok/s"
