@@ -9,10 +9,27 @@ SOLUTIONS = ROOT / "solutions"
 STEPS = ROOT / "steps"
 #: GPT-2's own vocab.json and merges.txt, shipped with the course (see the README beside them).
 GPT2_TOKENIZER = ROOT / "course" / "gpt2-tokenizer"
-#: The course's own small GPT-2, trained on the book (``python -m course.authoring.train``); ``--model course``.
+#: The course's own small GPT-2, trained on course/texts and the book (``python -m course.authoring.train``); ``--model course``.
 COURSE_MODEL = ROOT / "course" / "gpt2-book"
-#: Part II's own small Llama, trained on the book the same way (``--family llama``); ``--model course-llama``.
+#: Part II's own small Llama, trained the same way (``--family llama``); ``--model course-llama``.
 COURSE_LLAMA = ROOT / "course" / "llama-book"
+
+
+
+def check_command(number: int) -> str:
+    """How to check step ``number``, for pixi's users and for a plain virtualenv's."""
+    return f"`pixi run s{number:02d}` (or `python -m course.check {number}`)"
+
+
+def not_installed(error: ModuleNotFoundError, command: str, pixi: str) -> str:
+    """One line for a course program started by a Python without the course's packages (a new
+    terminal, the virtualenv not activated): which package, which Python, what to do."""
+    import sys
+
+    return (f"{command} needs the package `{(error.name or str(error)).split('.')[0]}`, which this Python "
+            f"({sys.executable}) does not have: activate the course's environment first (`source .venv/bin/activate`, "
+            f"as in the README's setup), or run `{pixi}`.")
+
 
 OUTLINE = {
     1: "model configuration",

@@ -89,7 +89,8 @@ def to_max_layout(name: str, value: np.ndarray) -> np.ndarray:
     #   and every other value as it is: wte and wpe are tables of rows, biases and
     #   layer-norm parameters are 1-D.
     # Hint: name.endswith(("c_attn.weight", ...)) takes a tuple; value.T transposes.
-    #   c_proj is square and loads either way: only the numbers show a missed one.
+    #   attn.c_proj is square and loads either way: only the numbers show a missed one
+    #   (mlp.c_proj is [4C, C], so its shape shows).
     return None
 
 

@@ -130,6 +130,68 @@ def test_experiment_outputs_match_the_pages():
         pytest.fail(result.stdout + result.stderr, pytrace=False)
 
 
+#: A chapter's claims about its checks, in the paragraphs under the solution's check output:
+#: a config value (`` `layer_norm_epsilon` = 0.1 ``), a count of variants, how closely a solution agrees.
+_SETTING = re.compile(r"`(\w+)`\s*=\s*([-+\d.eE]+\d)")
+_VARIANTS = re.compile(r"\b(one|two|three|four|five|six|\d+) variants\b")
+_AGREES_TO = re.compile(r"(?:about |\()(\d+(?:\.\d+)?e-?\d+)\b")  # "agrees to about 2e-6 (1e-5 at …)"
+_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def _numbers(text: str) -> set[float]:
+    return {float(n) for n in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e-?\d+)?", text)}
+
+
+def _variants(number: int) -> dict[str, dict] | None:
+    """The configs step ``number``'s checks build (its test module's ``VARIANTS``), where it names them."""
+    import importlib
+
+    return getattr(importlib.import_module(f"test_{step_path(number).stem}"), "VARIANTS", None)
+
+
+def test_check_descriptions_match_the_check_output():
+    """what a chapter says about its checks (the variants' settings, how many there are, how close a correct
+    solution comes) is what the check output on the same page shows"""
+    wrong = []
+    for shown in experiments.find_check_outputs(CHAPTERS):
+        if shown.kind != "solution" or shown.block is None:
+            continue
+        lines = shown.chapter.read_text().splitlines()
+        below = []
+        for line in lines[shown.block[1]:]:
+            if line.startswith(("Common mistakes", "#", "<!--")):
+                break
+            below.append(line)
+        text = _prose(" ".join(below))
+        checks = [re.match(r"[✓✗] (.*?)(?: \[([^\]]*)\])?(?: \(|$)", line) for line in shown.recorded.splitlines()]
+        labels: dict[str, list[str]] = {}
+        for match in filter(None, checks):
+            if match[2]:
+                labels.setdefault(match[1], []).append(match[2])
+        values = _numbers(" ".join(label for group in labels.values() for label in group))
+        deltas = [float(d) for d in re.findall(r"max \|Δ\| ([-+.\deE]+)", shown.recorded)]
+        where = f"{shown.chapter.name}, under the output of `pixi run s{shown.number:02d}`"
+        variants = _variants(shown.number)
+        for name, value in _SETTING.findall(" ".join(below)):
+            if variants is not None:  # the step's checks build these configs: one must set name = value
+                if not any(config.get(name) == float(value) for config in variants.values()):
+                    wrong.append(f"{where}: `{name}` = {value}, but no variant the checks build sets it "
+                                 f"({ {label: config.get(name) for label, config in variants.items()} })")
+            elif float(value) not in values:
+                wrong.append(f"{where}: `{name}` = {value}, but no check's label has {value} ({sorted(values)})")
+        for count in _VARIANTS.findall(text):
+            number = _WORDS.get(count) or int(count)
+            if number not in {len(group) for group in labels.values()}:
+                wrong.append(f"{where}: {count} variants, but the checks have "
+                             f"{', '.join(f'{len(g)} ({name})' for name, g in labels.items()) or 'none'}")
+        for sentence in re.split(r"(?<=\.)\s+", text):
+            for number in _AGREES_TO.findall(sentence) if "agree" in sentence else ():
+                if not any(float(number) / 2 <= d <= float(number) * 2 for d in deltas):
+                    wrong.append(f"{where}: a correct solution agrees to {number}, but no max |Δ| shown is within 2x "
+                                 f"of it ({deltas})")
+    assert not wrong, "chapters that say what their checks do not show:\n" + "\n".join(wrong)
+
+
 # --- The book as a site: structure, build, links, math, diagrams, a real browser. ---
 
 import functools

@@ -188,6 +188,27 @@ PLANTED = {
         11, "self.transformer = GPT2Model(config)", "self.body = GPT2Model(config)",
         r"GPT2LMHeadModel has no `transformer\.wte\.weight` \(the name GPT-2's checkpoint uses\) — TODO 1 in ",
     ),
+    # Issue 25: each of the next three was reported only as a shape or as the wrong mistake.
+    "logits scaled by 1/sqrt(n_embd)": (
+        11,
+        ("from max.experimental.nn import Module", "return hidden @ self.transformer.wte.weight.T"),
+        ("import math\n\nfrom max.experimental.nn import Module",
+         "return hidden @ self.transformer.wte.weight.T / math.sqrt(int(hidden.shape[-1]))"),
+        r"head\(hidden\) vs hidden @ wteᵀ \(small, square wte\): the logits are divided by √n_embd \(8\).* — TODO 2 in ",
+    ),
+    "LM head multiplies by wpe": (
+        11, "return hidden @ self.transformer.wte.weight.T", "return hidden @ self.transformer.wpe.weight.T",
+        r"head\(hidden\) vs hidden @ wteᵀ \(small, square wte\): the head multiplies by wpe, the position table.* "
+        r"— TODO 2 in ",
+    ),
+    "LM head with a bias": (
+        11,
+        ("self.transformer = GPT2Model(config)\n", "return hidden @ self.transformer.wte.weight.T"),
+        ("self.transformer = GPT2Model(config)\n        self.head_bias = Tensor.zeros([config.vocab_size])\n",
+         "return hidden @ self.transformer.wte.weight.T + self.head_bias"),
+        r"GPT2LMHeadModel has its own parameter head_bias, of shape \[64\]: a bias on the logits; GPT-2's head has "
+        r"none.* — TODO 1, 2 in ",
+    ),
     "block ignores the config's epsilon": (
         9,
         "self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)",
@@ -211,6 +232,23 @@ PLANTED = {
         "x = residual(x, self.ln_2, self.mlp)\n        return residual(x, self.ln_1, self.attn)",
         r"Block output .* \(small\): the MLP branch runs before the attention branch.* — TODO 2 in ",
     ),
+    # Issue 25: one LayerNorm object under both names took ln_2's weights and read as "ln_1 twice".
+    "block shares one LayerNorm": (
+        9, "self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)", "self.ln_2 = self.ln_1",
+        r"Block's ln_1 and ln_2 are one LayerNorm: .* — TODO 1 in ",
+    ),
+    "residual's arguments swapped in the attention branch": (
+        9, "x = residual(x, self.ln_1, self.attn)", "x = residual(x, self.attn, self.ln_1)",
+        r"Block output .* \(small\): residual\(\)'s norm and sublayer are swapped in the attention branch: it computes "
+        r"x \+ ln_1\(attn\(x\)\).* — TODO 2 in ",
+    ),
+    "block with another epsilon": (
+        9,
+        "self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)",
+        "self.ln_2 = LayerNorm(config.n_embd, eps=1e-6)",
+        r"\(n_inner=48, eps=0\.1\): ln_2 is built without the config's epsilon: its eps is 1e-06, this config's "
+        r"layer_norm_epsilon is 0\.1 — TODO 1 in ",
+    ),
     "model skips ln_f": (10, "return self.ln_f(x)", "return x", r"\(small\): ln_f is not applied: .* — TODO 2 in "),
     "model skips its first block": (
         10, "for block in self.h:", "for block in self.h[1:]:",
@@ -219,6 +257,13 @@ PLANTED = {
     "model runs its blocks in reverse": (
         10, "for block in self.h:", "for block in reversed(self.h):",
         r"\(small\): the blocks run in reverse order, h\[1\] first; .* — TODO 2 in ",
+    ),
+    # Issue 25: reported as "h[1] does not read h[0]'s output".
+    "ln_f before the last block": (
+        10,
+        "for block in self.h:\n            x = block(x)\n        return self.ln_f(x)",
+        "for block in self.h[:-1]:\n            x = block(x)\n        return self.h[-1](self.ln_f(x))",
+        r"\(small\): ln_f runs before the last block, h\[1\]; .* — TODO 2 in ",
     ),
     "model without position embeddings": (
         10, "x = super().forward(input_ids)", "x = self.wte(input_ids)",
@@ -553,6 +598,14 @@ PLANTED = {
         "if value.ndim == 2:",
         r"to_max_layout\('transformer\.wte\.weight', a \[10, 4\] weight\) transposed it; only c_attn, c_proj and "
         r"c_fc weights are stored \[in, out\].* — TODO 4 in ",
+    ),
+    # Issue 25: caught only by GPT2Config's check that n_embd splits into heads.
+    "n_embd read from n_ctx": (
+        14,
+        "return GPT2Config(**{key: value for key, value in values.items() if key in names})",
+        "values = dict(values, n_embd=values[\"n_ctx\"])\n"
+        "    return GPT2Config(**{key: value for key, value in values.items() if key in names})",
+        r"config_from_json\(gpt2's config\.json\) reads n_embd from the file's n_ctx.* — TODO 1 in ",
     ),
     # Part II · the Llama family.
     "Llama context of 2048": (

@@ -363,7 +363,7 @@ def test_gpt2_on_unfinished_steps_names_them(tmp_path):
     result = program("--target", "steps", "--steps-dir", str(tmp_path), "--prompt", "Hi")
     err = result.stderr
     assert result.returncode == 1 and "Traceback" not in err, err
-    assert "step 07 (multi-head attention): TODO 1, 2, 3, 4, 5 — check it with `pixi run s07`" in err, err
+    assert "step 07 (multi-head attention): TODO 1, 2, 3, 4, 5 — check it with `pixi run s07` (or `python -m course.check 7`)" in err, err
 
 
 def test_a_llama_on_unfinished_steps_names_part_ii(llama_checkpoint, tmp_path):
@@ -419,7 +419,7 @@ def test_a_fault_blames_whose_code_it_is(tmp_path):
     assert "the course's solutions failed" in ours and "pixi run s" not in ours, ours
     shutil.copy(SOLUTIONS / "step_12_tokenizer.py", tmp_path / "step_12_tokenizer.py")
     theirs = learner_fault(error_from(tmp_path / "step_12_tokenizer.py"), tmp_path)
-    assert "check step 12 with `pixi run s12`" in theirs and "solutions failed" not in theirs, theirs
+    assert "check step 12 with `pixi run s12` (or `python -m course.check 12`)" in theirs and "solutions failed" not in theirs, theirs
 
 
 # --- llama.cpp, bench's peer (the `llama` extra) -----------------------------------------------

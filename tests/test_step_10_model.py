@@ -56,8 +56,11 @@ SIZES = {
 }
 
 
-def mistakes(reference: transformers.GPT2Model, ids: np.ndarray) -> list[Mistake]:
-    """The common wrong bodies, run with the reference's own embeddings, blocks and ln_f on the check's ids."""
+def mistakes(reference: transformers.GPT2Model, ids: np.ndarray, mine=None) -> list[Mistake]:
+    """The common wrong bodies, run with the reference's own embeddings, blocks and ln_f on the check's ids.
+
+    ``mine``, the learner's model, only words a mistake: the epsilon its ln_f was built with.
+    """
     with torch.no_grad():
         tokens = reference.wte(torch.from_numpy(ids)).numpy()
         positions = reference.wpe.weight[: ids.shape[1]].numpy()
@@ -67,9 +70,10 @@ def mistakes(reference: transformers.GPT2Model, ids: np.ndarray) -> list[Mistake
         return run_layer_norm(reference.ln_f, h, eps)
 
     def body(x=tokens + positions, order=blocks, each=lambda h: h, last=ln_f):
-        """``last(each(block(…each(block(x)))))`` over ``order``: the body, wired some way."""
+        """``last(each(block(…each(block(x)))))`` over ``order``: the body, wired some way. ``x`` is the
+        blocks' input, or a function that computes it (only when the mistake is compared)."""
         def wired():
-            h = x
+            h = x() if callable(x) else x
             for block in order:
                 h = each(run_masked(block, h))
             return last(h)
@@ -80,8 +84,16 @@ def mistakes(reference: transformers.GPT2Model, ids: np.ndarray) -> list[Mistake
         Mistake("the position embeddings are missing: h[0] reads wte(ids) alone; super().forward(input_ids) "
                 "(step 06) gives wte + wpe", 2, body(x=tokens)),
         Mistake("ln_f runs after every block; it runs once, after the last", 2, body(each=ln_f, last=lambda h: h)),
+        Mistake("ln_f normalizes the embeddings, before h[0]; it runs once, after the last block", 2,
+                body(x=lambda: ln_f(tokens + positions), last=lambda h: h)),
+        Mistake("ln_f runs twice: on the embeddings, before h[0], and after the last block; it runs once, after "
+                "the last block", 2, body(x=lambda: ln_f(tokens + positions))),
     ]
     if len(blocks) > 1:
+        last = len(blocks) - 1
+        found.append(Mistake(f"ln_f runs before the last block, h[{last}]; GPT-2 runs every block first, then "
+                             f"ln_f once, on h[{last}]'s output", 2,
+                             body(x=body(order=blocks[:-1]), order=blocks[-1:], last=lambda h: h)))
         found.append(Mistake(f"the blocks run in reverse order, h[{len(blocks) - 1}] first; GPT-2 runs h[0] first",
                              2, body(order=blocks[::-1])))
         found += [
@@ -91,8 +103,13 @@ def mistakes(reference: transformers.GPT2Model, ids: np.ndarray) -> list[Mistake
             for i in (len(blocks) - 1, 0)
         ]
     if reference.ln_f.eps != DEFAULT_EPS:
-        found.append(Mistake(f"ln_f is built without the config's epsilon: LayerNorm's default is {DEFAULT_EPS:g}, "
-                             f"this config's layer_norm_epsilon is {reference.ln_f.eps:g}", 1,
+        # An epsilon near GPT-2's 1e-5 gives the same numbers to the tolerance: the message quotes the
+        # learner's own ln_f's eps, where it has one.
+        eps, its = getattr(getattr(mine, "ln_f", None), "eps", None), ""
+        if isinstance(eps, (int, float)):
+            its = f"its eps is {eps:g}" + (" (LayerNorm's default), " if eps == DEFAULT_EPS else ", ")
+        found.append(Mistake(f"ln_f is built without the config's epsilon: {its}this config's layer_norm_epsilon "
+                             f"is {reference.ln_f.eps:g}", 1,
                              body(last=lambda h: ln_f(h, DEFAULT_EPS))))
     return found
 
@@ -159,7 +176,7 @@ def test_matches_gpt2_model(step, name):
     ids = token_ids(2, 7, hf.vocab_size)
     got = forward(mine, ids)
     embeddings, block_outputs, expected = _hf_block_outputs(reference, ids)
-    wrong = mistakes(reference, ids)
+    wrong = mistakes(reference, ids, mine)
     try:
         assert_close(got, expected, f"last hidden state vs Hugging Face GPT2Model ({name})", mistakes=wrong, step=step)
     except pytest.fail.Exception as failure:

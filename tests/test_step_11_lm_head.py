@@ -16,7 +16,8 @@ token (the argmax) agrees. Where Hugging Face's two top logits are closer than
 the tolerance, a different argmax is a tie, not a bug, and is reported as such.
 
 A separate, untied head (its own ``lm_head.weight``, 38.6M more parameters in GPT-2
-small) is named as such before any number is compared. The head is then checked on
+small) is named as such before any number is compared, and so is any other parameter of
+its own (a bias on the logits: GPT-2's head has none). The head is then checked on
 its own (``head(hidden)`` against ``hidden @ wteᵀ``), so that a mistake in it is told
 apart from one in ``forward``. (The parameter count of the
 four GPT-2 sizes is checked in step 10: with the head tied, the body's count is the
@@ -62,25 +63,40 @@ def _hf_model(sizes: dict, seed: int = 11) -> transformers.GPT2LMHeadModel:
 
 
 def _build(step, hf) -> object:
+    """The learner's model for ``hf``, once it has no parameter of its own besides its body's."""
     mine = build(attribute(step, "GPT2LMHeadModel"), solution(1).GPT2Config.from_hf(hf))
-    names = [name for name, _ in mine.parameters]
-    own = sorted(name for name in names if not name.startswith("transformer."))
-    if own and "transformer.wte.weight" in names:
-        cls = type(mine)
-        todos = todos_in(cls.__init__) + todos_in(getattr(cls, "head", None))
+    shapes = {name: [int(d) for d in value.shape] for name, value in mine.parameters}
+    own = sorted(name for name in shapes if not name.startswith("transformer."))
+    if not own or "transformer.wte.weight" not in shapes:
+        return mine
+    cls = type(mine)
+    where = todo_label(todos_in(cls.__init__) + todos_in(getattr(cls, "head", None)), step.__file__)
+    table = sorted([hf.vocab_size, hf.n_embd])
+    if any(sorted(shapes[name]) == table for name in own):  # a [vocab_size, n_embd] matrix, either way round
         fail(
             f"GPT2LMHeadModel has its own parameter {', '.join(own)}: GPT-2 ties its head to the token embedding, "
             f"one [vocab_size, n_embd] matrix (38.6M parameters in GPT-2 small) that reads tokens in and scores "
             f"them out. The checkpoint holds it once, as wte.weight (Hugging Face's has no separate "
             f"lm_head.weight), and step 14 loads only transformer.wte.weight and relies on the tie: score against "
-            f"self.transformer.wte.weight instead — {todo_label(todos, step.__file__)}"
+            f"self.transformer.wte.weight instead — {where}"
         )
-    return mine
+    name = own[0]
+    if shapes[name] == [hf.vocab_size]:
+        fail(f"GPT2LMHeadModel has its own parameter {name}, of shape {shapes[name]}: a bias on the logits; "
+             f"GPT-2's head has none (the checkpoint holds no such weight): the logits are hidden @ wteᵀ alone "
+             f"— {where}")
+    fail(f"GPT2LMHeadModel has its own parameter {name}, of shape {shapes[name]}, which GPT-2's checkpoint does "
+         f"not hold: the head has no parameter of its own, only the tied table, hidden @ wteᵀ — {where}")
 
 
-def head_mistakes(hidden: np.ndarray, wte: np.ndarray) -> list[Mistake]:
-    """The common wrong heads (TODO 2), in NumPy on the check's hidden vectors and wte."""
+def head_mistakes(hidden: np.ndarray, wte: np.ndarray, wpe: np.ndarray) -> list[Mistake]:
+    """The common wrong heads (TODO 2), in NumPy on the check's hidden vectors, wte and wpe."""
+    root = np.sqrt(hidden.shape[-1])
     found = [
+        Mistake(f"the logits are divided by √n_embd ({root:g}), as attention's scores are (step 07); the head "
+                f"is the plain product hidden @ wteᵀ, with no scale", 2, lambda: hidden @ wte.T / root),
+        Mistake("the head multiplies by wpe, the position table [n_positions, n_embd]; it scores against wte, the "
+                "token table: hidden @ wteᵀ, one logit per token", 2, lambda: hidden @ wpe.T),
         Mistake("the head returns probabilities (a softmax); it returns the logits, hidden @ wteᵀ, and "
                 "generation (step 13) applies the softmax", 2, lambda: softmax(hidden @ wte.T)),
         Mistake("the head returns log-probabilities (a log-softmax); it returns the logits, hidden @ wteᵀ", 2,
@@ -124,7 +140,7 @@ def test_logits_match_gpt2_lm_head_model(step, name, record_property):
         forward(mine.head, hidden, what="GPT2LMHeadModel.head(hidden)"),
         hidden @ wte.T,
         f"head(hidden) vs hidden @ wteᵀ ({name})",
-        mistakes=head_mistakes(hidden, wte),
+        mistakes=head_mistakes(hidden, wte, state["transformer.wpe.weight"]),
         step=step,
     )
     ids = token_ids(2, 7, sizes["vocab_size"])

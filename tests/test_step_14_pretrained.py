@@ -7,8 +7,9 @@ seeded small GPT-2 with a byte-level BPE trained there, in three layouts
 learner's ``from_pretrained(folder)``; the logits on a sentence encoded by the
 loaded tokenizer are compared with Hugging Face's, with the argmax. The
 learner's four functions are checked first, each on its own, so that a mistake
-names its TODO. A Hub id loads from a fake Hugging Face cache, with the Hub
-replaced by a closed local port. With GPT-2's real weights in the local Hugging
+names its TODO (a size read from the file's ``n_ctx``, the context length, is
+found by giving ``n_ctx`` a number no other entry holds). A Hub id loads from a
+fake Hugging Face cache, with the Hub replaced by a closed local port. With GPT-2's real weights in the local Hugging
 Face cache, one more check compares real logits and the next token; otherwise
 it is skipped, saying how to get them. Every check here fails on the untouched
 stub; the course's own loader (finding, reading, refusing broken checkpoints)
@@ -23,6 +24,7 @@ more than 1.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from pathlib import Path
 
@@ -60,7 +62,7 @@ HOW_TO_GET_GPT2 = (
 
 def _ready(step) -> None:
     """Each of the four TODOs returns something (a stub fails here, naming its TODO)."""
-    call(attribute(step, "config_from_json"), dict(GPT2_CONFIG_JSON), what="config_from_json(gpt2's config.json)")
+    _config_from_json(attribute(step, "config_from_json"), GPT2_CONFIG_JSON, "gpt2's config.json")
     for key in ("h.0.attn.bias", "wte.weight"):
         call(attribute(step, "is_weight"), key, what=f"is_weight({key!r})")
     call(attribute(step, "max_name"), "wte.weight", what="max_name('wte.weight')")
@@ -80,6 +82,36 @@ def _load(step, model: str, what: str):
         fail(f"load_pretrained({what}) failed: {explain_exception(error, step.__file__)}")
 
 
+def _read_from_n_ctx(fn, values: dict) -> list[str]:
+    """The fields config_from_json takes from the file's n_ctx entry, n_positions aside.
+
+    n_ctx is the context length (the same as n_positions in every GPT-2 config.json) and
+    no GPT2Config field. The fingerprint: ``values`` with n_ctx set to a number no other
+    entry holds, one that still splits into the file's heads (so that a config with
+    ``n_embd`` read from it builds), and the fields of the result that come out equal to it.
+    """
+    if "n_ctx" not in values:
+        return []
+    marker = values.get("n_head", 12) * 97
+    try:
+        got = fn(dict(values, n_ctx=marker))
+    except Exception:  # noqa: BLE001 - the learner's own call reports any error
+        return []
+    names = {field.name for field in dataclasses.fields(solution(1).GPT2Config)} - {"n_positions"}
+    return [name for name in sorted(names) if getattr(got, name, None) == marker]
+
+
+def _config_from_json(fn, values: dict, what: str):
+    """The learner's config_from_json(values); a field read from n_ctx is named before anything else."""
+    for field in _read_from_n_ctx(fn, values):
+        source = (f"the file's own {field} entry ({values[field]!r})" if field in values
+                  else "GPT2Config's default, as the file does not name it")
+        fail(f"config_from_json({what}) reads {field} from the file's n_ctx: n_ctx is the context length "
+             f"({values['n_ctx']} here, as n_positions) and no GPT2Config field, so it is left out; {field} is "
+             f"{source} — {todo_in(fn)}")
+    return call(fn, dict(values), what=f"config_from_json({what})")
+
+
 def test_config_from_json(step):
     """config.json becomes a GPT2Config: the sizes it names, the defaults for the rest"""
     config_class = solution(1).GPT2Config
@@ -92,7 +124,7 @@ def test_config_from_json(step):
     }
     fn = attribute(step, "config_from_json")
     for what, (values, expected) in cases.items():
-        got = call(fn, dict(values), what=f"config_from_json({what})")
+        got = _config_from_json(fn, values, what)
         if type(got).__name__ != "GPT2Config":
             fail(f"config_from_json({what}) returned a {type(got).__name__}; expected a GPT2Config (step 01) "
                  f"— {todo_in(fn)}")

@@ -1,6 +1,7 @@
 # Step 13 experiment: the course's own small GPT-2 writing with this step's loop.
 # The model (course/gpt2-book) is GPT-2's architecture at a small size, trained
-# on this book by `pixi run train`; step 14 is what reads its checkpoint.
+# on the King James Bible and this book's prose by `pixi run train`; step 14 is
+# what reads its checkpoint.
 from max.experimental import functional as F
 
 from course.runtime import from_numpy
@@ -17,14 +18,12 @@ next_logits = compile_next_logits(model)
 tokenizer = Tokenizer.from_dir(pretrained.folder)
 
 prompt = tokenizer.encode("The attention")
-runs = {
-    "greedy": dict(temperature=0.0),
-    "T=0.8, top-k 40, seed 1": dict(temperature=0.8, top_k=40, seed=1),
-    "T=0.8, top-k 40, seed 2": dict(temperature=0.8, top_k=40, seed=2),
-    "T=1.5, seed 1": dict(temperature=1.5, seed=1),
-}
+runs = {"greedy": dict(temperature=0.0)}
+# main's default sampling (T 0.8, top-k 40) with five seeds, then a hot one.
+runs.update({f"T=0.8, top-k 40, seed {seed}": dict(temperature=0.8, top_k=40, seed=seed) for seed in range(1, 6)})
+runs["T=1.5, seed 1"] = dict(temperature=1.5, seed=1)
 for name, sampling in runs.items():
-    new = generate(next_logits, prompt, 32, n_positions=pretrained.config.n_positions,
+    new = generate(next_logits, prompt, 40, n_positions=pretrained.config.n_positions,
                    eos_id=tokenizer.eot_id, **sampling)
     text = "The attention" + tokenizer.decode(list(new))
     print(f"{name}:")

@@ -40,9 +40,10 @@ for name, sizes in {"the course's Llama": config, "SmolLM2-135M": LlamaConfig()}
           f"{gqa / 1024:g} KiB a token, {gqa * context / 2**20:g} MiB at {context:,} tokens "
           f"(one per query head: {mha * context / 2**20:g} MiB)")
 
-print("\nThe two course models, the same held-out text (perplexity measured by `train`):")
+print("\nThe two course models, the same held-out texts (perplexity measured by `train`):")
 for name, folder in (("GPT-2", COURSE_MODEL), ("Llama", COURSE_LLAMA)):
     record = json.loads((folder / "training.json").read_text())
     print(f"  {name:6} trained on {record['trained_tokens']:,} tokens, {record['steps']} steps of "
-          f"{record['batch']} windows: held-out perplexity {record['held_out_perplexity']:.1f} "
-          f"over {record['held_out_tokens']:,} tokens")
+          f"{record['batch']} windows: perplexity {record['kjv_held_out_perplexity']:.1f} on the Bible's "
+          f"{record['kjv_held_out_tokens']:,} held-out tokens, {record['held_out_perplexity']:.1f} on the book's "
+          f"{record['held_out_tokens']:,}")

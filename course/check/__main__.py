@@ -1,7 +1,13 @@
 import os
 import sys
 
-from course.check.runner import main
+try:
+    from course.check.runner import main
+except ModuleNotFoundError as error:  # a new terminal, without the course's environment
+    from course.outline import not_installed
+
+    pixi = f"pixi run s{int(sys.argv[1]):02d}" if sys.argv[1:] and sys.argv[1].isdigit() else "pixi run check-all"
+    sys.exit(not_installed(error, "python -m course.check", pixi))
 
 code = main()
 # The report is complete. Skip the interpreter's teardown: unloading MAX's runtime and

@@ -30,7 +30,7 @@ from rich.spinner import Spinner
 
 from course import runtime
 from course.check.hints import REPORT_TO, check_title, shown, versions
-from course.outline import OUTLINE, ROOT, SOLUTIONS, STEPS, available, marker
+from course.outline import OUTLINE, ROOT, check_command, SOLUTIONS, STEPS, available, marker
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -274,7 +274,7 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
     """Runs the checks of ``numbers`` on ``target`` with the learner's report."""
     if len(numbers) == 1:
         label, title = f"Step {numbers[0]:02d}", OUTLINE[numbers[0]]
-        again = f"`pixi run s{numbers[0]:02d}` (or `python -m course.check {numbers[0]}`)"
+        again = check_command(numbers[0])
     else:
         label, title = "Steps " + ", ".join(f"{n:02d}" for n in numbers), "all available steps"
         again = "`pixi run check-all` (or `python -m course.check all`)"

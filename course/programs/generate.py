@@ -29,7 +29,7 @@ from rich.console import Console
 
 from course import runtime
 from course.checkpoints import CheckpointError, default_model
-from course.outline import OUTLINE, SOLUTIONS, STEPS, step_path
+from course.outline import OUTLINE, SOLUTIONS, check_command, STEPS, step_path
 from course.programs import build
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -85,7 +85,7 @@ def import_steps(target: str, steps_dir: Path, numbers: list[int], family: str =
                      f"stubs in {folder.name}/."]
             for number, todos in left.items():
                 what = f"TODO {', '.join(map(str, todos))}" if todos else "the file is missing"
-                lines.append(f"  step {number:02d} ({OUTLINE[number]}): {what} — check it with `pixi run s{number:02d}`")
+                lines.append(f"  step {number:02d} ({OUTLINE[number]}): {what} — check it with {check_command(number)}")
             if NEEDED[family][1] in left and len(left) == 1:
                 lines.append("  (or run without the KV cache: `pixi run gpt2 --no-cache`)")
             raise Stop("\n".join(lines), code=1)
@@ -117,7 +117,7 @@ def learner_fault(error: BaseException, folder: Path) -> str:
         return (f"the course's solutions failed: {explain_exception(error, files[-1])} — not your input; "
                 f"{REPORT_TO}")
     number = int(files[-1].name[5:7])  # the innermost step file on the traceback
-    return f"{explain_exception(error, files[-1])}; check step {number:02d} with `pixi run s{number:02d}`"
+    return f"{explain_exception(error, files[-1])}; check step {number:02d} with {check_command(number)}"
 
 
 # --- the model ----------------------------------------------------------------------------
