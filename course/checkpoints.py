@@ -45,14 +45,18 @@ NEEDED = "config.json, model.safetensors (or pytorch_model.bin), and vocab.json 
 #: GPT-2's four sizes on the Hub; each is also published as "openai-community/<name>".
 SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 
-#: The name of the course's own small GPT-2, trained on the book (course/gpt2-book): ``--model course``.
+#: The name of the course's own small GPT-2 (course/gpt2-book): ``--model course``.
 COURSE = "course"
-#: Part II's own small Llama, trained on the book the same way (course/llama-book): ``--model course-llama``.
+#: Part II's own small Llama, trained the same way (course/llama-book): ``--model course-llama``.
 COURSE_LLAMA_NAME = "course-llama"
 
 #: config.json settings the course's GPT-2 does not compute: key -> the values it does (first: the default).
 COMPUTED = {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "tie_word_embeddings": (True,),
             "scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx": (False,)}
+#: Refused settings a checkpoint may well ask for, and what the course says of them: (key, value) -> why.
+NEAR_MISSES = {("activation_function", "gelu"): "the exact GELU (with erf); the course's GPT-2 computes its tanh "
+               "approximation only (activation_function='gelu_new' or 'gelu_pytorch_tanh', step 04), and would "
+               "run this model slightly wrong"}
 #: The same for Part II's Llama (steps 17-23): no biases, SiLU, RoPE without scaling and with rotate-half pairs.
 LLAMA_COMPUTED = {"hidden_act": ("silu",), "attention_bias": (False,), "mlp_bias": (False,),
                   "rope_scaling": (None,), "rope_interleaved": (False,), "pretraining_tp": (1,)}
@@ -113,6 +117,10 @@ class Checkpoint:
                                   f"{course_model} (model_type {family!r}){where}")
         for key, allowed in computed.items():
             if values.get(key, allowed[0]) not in allowed:
+                why = next((why for (name, value), why in NEAR_MISSES.items() if (name, value) == (key, values[key])),
+                           None)
+                if why is not None:
+                    raise CheckpointError(f"{path} sets {key}={values[key]!r}, {why}")
                 raise CheckpointError(f"{path} sets {key}={values[key]!r}; the course's {course_model} computes "
                                       f"{key}={allowed[0]!r} only")
         if family == "llama":
@@ -316,7 +324,8 @@ def default_model() -> tuple[str, str | None]:
     if why is None:
         return SIZES[0], None
     return COURSE, (f"GPT-2 small is not in the Hugging Face cache and the Hub cannot be reached ({why}), so this is "
-                    f"the course's own small GPT-2, trained on this book (--model {COURSE}; chapter 14)")
+                    f"the course's own small GPT-2, trained on the King James Bible and this book's prose (--model {COURSE}; "
+                    f"chapter 14)")
 
 
 def _files_in(folder: Path) -> Path:

@@ -126,14 +126,15 @@ def closed_port() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-def offline_hub(monkeypatch, cache: Path) -> None:
-    """Points huggingface_hub at ``cache`` and at a closed local port instead of the Hub.
+def offline_hub(monkeypatch, cache: Path, endpoint: str | None = None) -> None:
+    """Points huggingface_hub at ``cache`` and at ``endpoint`` instead of the Hub: by default a
+    closed local port, so that nothing can be downloaded.
 
     huggingface_hub reads HF_HUB_CACHE and HF_ENDPOINT when it is imported, so its
     constants are patched as well as the environment."""
     from huggingface_hub import constants
 
-    endpoint = closed_port()
+    endpoint = endpoint or closed_port()
     cache.mkdir(parents=True, exist_ok=True)
     for key, value in {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0"}.items():
         monkeypatch.setenv(key, value)

@@ -201,3 +201,38 @@ def test_shipped_gpt2_tokenizer_is_gpt2s():
         for name, digest in sums.items():
             actual = hashlib.sha256((GPT2_TOKENIZER / name).read_bytes()).hexdigest()
             assert actual == digest, f"{GPT2_TOKENIZER / name}: sha256 {actual}, {readme} says {digest}"
+
+
+@pytest.mark.parametrize("argv, pixi", [(["9"], "pixi run s09"), (["all"], "pixi run check-all")])
+def test_check_without_the_environment_says_so_in_one_line(argv, pixi):
+    """`python -m course.check 9` from a Python without the course's packages (a new terminal, the
+    virtualenv not activated; here ``-S``, no site-packages) names the missing package and what to do"""
+    result = subprocess.run([sys.executable, "-S", "-m", "course.check", *argv], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, check=False)
+    message = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in message, message
+    lines = message.strip().splitlines()
+    assert len(lines) == 1, f"more than one line:\n{message}"
+    assert re.search(r"needs the package `\w+`, which this Python \(.+\) does not have", lines[0]), lines[0]
+    assert "source .venv/bin/activate" in lines[0] and f"`{pixi}`" in lines[0], lines[0]
+
+
+def test_docs_point_only_inside_the_course():
+    """a learner's clone is the course folder alone: the README and the book name no file beside it
+    (the maintainers' ../shared/ notes are not there)"""
+    docs = [ROOT / "README.md", *sorted((ROOT / "book" / "src").glob("*.md"))]
+    outside = [f"{doc.relative_to(ROOT)}: {line.strip()}" for doc in docs for line in doc.read_text().splitlines()
+               if "../shared" in line]
+    assert not outside, "pointers outside the course:\n" + "\n".join(outside)
+
+
+def test_mutation_extra_agrees():
+    """pixi's `mutation` feature and pyproject's `mutation` extra ask for the same mutmut (the maintainers'
+    mutation testing, course/authoring/mutation.py), and the `mutation` task runs in that environment"""
+    pip = {Requirement(line).name: Requirement(line).specifier
+           for line in PYPROJECT["project"]["optional-dependencies"]["mutation"]}
+    pixi = PIXI["feature"]["mutation"]["pypi-dependencies"]
+    assert set(pixi) == set(pip) == {"mutmut"}, f"pixi's mutation feature {sorted(pixi)}, pip's extra {sorted(pip)}"
+    assert SpecifierSet(pixi["mutmut"]) == pip["mutmut"], (pixi, pip)
+    assert PIXI["environments"]["mutation"] == ["mutation"], PIXI["environments"]
+    assert PIXI["tasks"]["mutation"] == "python -m course.authoring.mutation", PIXI["tasks"]["mutation"]

@@ -1,0 +1,389 @@
+"""Mutation testing of the course's own code: would a check say ✗ had this code been wrong?
+
+A mutant is a small change to one function (``<`` for ``<=``, an argument dropped,
+``None`` for a value, a string changed); it is *killed* when one of the tests that run
+that function fails on it, and it *survives* when they all still pass. Each surviving
+mutant is either killed by a new or sharper check of what a user sees, or listed in
+:data:`EQUIVALENT` with one line saying why no test should see it::
+
+    python -m course.authoring.mutation                         # every target; exit 1 on a survivor
+    python -m course.authoring.mutation course/checkpoints.py   # one target
+    python -m course.authoring.mutation --write                 # and rewrite the summary the appendix shows
+    pixi run -e mutation mutation [--write]                     # the same, with pixi
+
+The tool is mutmut 3 (``pip install -e .[mutation]``). For each target this module:
+
+* copies the working tree (``git ls-files``: tracked and untracked files, not the ignored
+  ones) into ``.mutation/<target>/``, so that no mutant ever reaches the working tree,
+  and gives that copy a ``[tool.mutmut]`` section: the target alone is mutated, and
+  only its mapped tests (:data:`TARGETS`) run;
+* lists the mutants and sets aside those that only reword an error message (a string
+  inside ``raise SomeError(...)``, see :func:`rewords_a_message`): the checks match the
+  words they need (a file's name, the offending value), never a whole sentence;
+* runs ``mutmut run`` on the rest. mutmut maps each function to the tests that run it,
+  and runs only those on each of its mutants.
+
+mutmut forks a process per mutant, and MAX does not survive a fork once it is loaded
+(measured: a forked child's first eager op hangs). So the copy runs mutmut's fork
+server, warmed with the imports that do survive one (NumPy, PyTorch, transformers,
+tokenizers: ``mutation_preload.txt``), and each mutant loads MAX anew; a small pytest
+plugin restores the SIGINT handler that the fork server turns off, which the course
+needs for fast eager ops (``course/runtime.py``).
+
+The summary (``book/src/mutation-summary.txt``, shown in the instructors' appendix)
+names each target with the sha256 of the code it was measured on;
+``tests/test_mutation.py`` fails when the code has changed since.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course.outline import ROOT
+
+#: Where the copies live (ignored by git).
+WORK = ROOT / ".mutation"
+#: What the instructors' appendix shows.
+SUMMARY = ROOT / "book" / "src" / "mutation-summary.txt"
+
+#: Each mutated file -> the tests that cover it (mutmut runs, per mutant, the ones that call its function).
+TARGETS: dict[str, tuple[str, ...]] = {
+    "course/checkpoints.py": ("tests/test_checkpoints.py", "tests/test_step_14_pretrained.py",
+                              "tests/test_step_23_llama_pretrained.py", "tests/test_step_12_tokenizer.py"),
+}
+
+#: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
+#: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
+EQUIVALENT: dict[tuple[str, str, str, str], str] = {}
+
+#: The reason given for every mutant that :func:`rewords_a_message` sets aside.
+WORDING = "changes only the wording of an error message: the checks match its names and values, not its prose"
+
+#: Imports that survive a fork (MAX does not): loaded once by mutmut's fork server.
+PRELOAD = ("numpy", "torch", "transformers", "transformers.models.gpt2.modeling_gpt2",
+           "transformers.models.llama.modeling_llama", "safetensors.numpy", "tokenizers", "huggingface_hub")
+
+#: A pytest plugin for the copy: mutmut's fork server ignores SIGINT, and course.runtime installs its
+#: fast-eager-op handler only over Python's default one.
+PLUGIN = '''"""Loaded with -p before the course's conftest: SIGINT back to Python's default handler."""
+import signal
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+'''
+
+#: mutmut's verdicts, grouped as the summary counts them.
+COLUMNS = ("mutants", "killed", "equivalent", "survived", "timed out", "no tests", "other")
+#: The verdicts that need nothing more: a test failed (or hung, which a check reports too), or a reason is given.
+SETTLED = ("killed", "timeout", "equivalent")
+
+
+@dataclass
+class Mutant:
+    name: str  # mutmut's: course.checkpoints.x_find__mutmut_12
+    function: str  # x_find
+    before: str  # the changed line as written (stripped), or "" when the change adds or removes lines
+    after: str
+    diff: str
+    status: str = "not run"  # mutmut's verdict, or "equivalent"
+    reason: str = ""
+
+
+@dataclass
+class Result:
+    target: str
+    digest: str
+    mutants: list[Mutant] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, column: str) -> int:
+        if column == "mutants":
+            return len(self.mutants)
+        known = {"killed", "equivalent", "survived", "timeout", "no tests"}
+        name = {"timed out": "timeout"}.get(column, column)
+        if column == "other":
+            return sum(mutant.status not in known for mutant in self.mutants)
+        return sum(mutant.status == name for mutant in self.mutants)
+
+
+def digest(path: Path) -> str:
+    """The first 12 hex digits of a file's sha256: what the summary records, what the staleness test compares."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+# --- which mutants reword a message -----------------------------------------------------------
+
+
+def _message_strings(tree: ast.AST) -> set[int]:
+    """ids of the str constants that are the text of an exception's message (``raise X("...")``,
+    ``SomeError(f"...")``): an argument itself, a literal part of an f-string argument, or a term of a
+    ``+`` of them. A string the message's code uses (``.split(":")``) is not one."""
+    found: set[int] = set()
+
+    def text(node: ast.AST) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.add(id(node))
+        elif isinstance(node, ast.JoinedStr):
+            found.update(id(part) for part in node.values if isinstance(part, ast.Constant))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            text(node.left)
+            text(node.right)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith(("Error", "Exception")):
+            for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
+                text(argument)
+    return found
+
+
+def rewords_a_message(original: str, mutated: str) -> bool:
+    """Whether ``mutated`` (a function's source) differs from ``original`` only in the text of strings that
+    are part of an exception's message: the same code, the same values, other words."""
+    try:
+        a, b = ast.parse(original), ast.parse(mutated)
+    except SyntaxError:
+        return False
+    messages = _message_strings(a)
+    changed = False
+    for x, y in zip(ast.walk(a), ast.walk(b), strict=False):
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, ast.Constant):
+            if x.value == y.value and type(x.value) is type(y.value):
+                continue
+            if id(x) not in messages or not isinstance(y.value, str):
+                return False
+            changed = True
+            continue
+        fields = [(name, value) for name, value in ast.iter_fields(x) if not isinstance(value, (ast.AST, list))]
+        if fields != [(name, value) for name, value in ast.iter_fields(y) if not isinstance(value, (ast.AST, list))]:
+            return False
+        for name, value in ast.iter_fields(x):
+            if isinstance(value, list) and len(value) != len(getattr(y, name)):
+                return False
+    return changed and len(list(ast.walk(a))) == len(list(ast.walk(b)))
+
+
+# --- the copy and the run ----------------------------------------------------------------------
+
+
+def _slug(target: str) -> str:
+    return target.removesuffix(".py").replace("/", "-")
+
+
+def _tracked_files() -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    return [name for name in listed if name and (ROOT / name).is_file()]
+
+
+def prepare(target: str, work: Path) -> None:
+    """A fresh copy of the working tree in ``work``, configured to mutate ``target`` under its tests."""
+    if work.exists():
+        shutil.rmtree(work)
+    for name in _tracked_files():
+        destination = work / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, destination)
+    source = target.split("/")[0]
+    also = sorted({name.split("/")[0] for name in _tracked_files() if "/" in name} - {source, ".ci", ".github"})
+    settings = {
+        "source_paths": [source],
+        "only_mutate": [target],
+        "also_copy": [*also, "mutation_plugin.py", "mutation_preload.txt"],
+        "pytest_add_cli_args": ["-p", "mutation_plugin", "-p", "no:cacheprovider"],
+        "pytest_add_cli_args_test_selection": list(TARGETS[target]),
+        "process_isolation": "forkserver",
+        "forkserver_warmup": "import",
+        "preload_modules_file": "mutation_preload.txt",
+        "use_git_change_detection": False,
+        # mutmut's time limit is 15 x (the tests' own time + this): each mutant also loads MAX and collects its tests.
+        "timeout_constant": 10.0,
+    }
+    lines = ["", "[tool.mutmut]", *(f"{key} = {json.dumps(value)}" for key, value in settings.items())]
+    with open(work / "pyproject.toml", "a", encoding="utf-8") as pyproject:
+        pyproject.write("\n".join(lines) + "\n")
+    (work / "mutation_plugin.py").write_text(PLUGIN, encoding="utf-8")
+    (work / "mutation_preload.txt").write_text("\n".join(PRELOAD) + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def _inside(work: Path):
+    """mutmut reads its settings from the working directory's pyproject.toml, once per process."""
+    from mutmut.configuration import reset_config
+
+    before = Path.cwd()
+    os.chdir(work)
+    reset_config()
+    try:
+        yield
+    finally:
+        os.chdir(before)
+        reset_config()
+
+
+def _changed_lines(diff: str) -> tuple[str, str]:
+    removed = [line[1:].strip() for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return (removed[0] if len(removed) == 1 else " / ".join(removed)), (added[0] if len(added) == 1 else " / ".join(added))
+
+
+def list_mutants(target: str, work: Path) -> list[Mutant]:
+    """Every mutant mutmut makes of ``target`` (as ``mutmut run`` will), with its diff and, where it is
+    equivalent, why."""
+    import difflib
+    import textwrap
+
+    import libcst as cst
+
+    with _inside(work):  # mutmut reads its settings when it is imported
+        from mutmut.__main__ import mutate_file_contents
+        from mutmut.mutation.diff_apply import read_mutant_function, read_original_function
+        from mutmut.utils.format_utils import get_mutant_name
+
+        mutated = mutate_file_contents(target, Path(target).read_text(encoding="utf-8"), None, None)
+        module = cst.parse_module(mutated.code)
+        found = []
+        for name in mutated.mutant_names:
+            key = get_mutant_name(Path(target), name)
+            original, changed = (textwrap.dedent(cst.Module([read(module, key)]).code).strip()
+                                 for read in (read_original_function, read_mutant_function))
+            diff = "\n".join(difflib.unified_diff(original.splitlines(), changed.splitlines(), target, target,
+                                                  lineterm=""))
+            before, after = _changed_lines(diff)
+            mutant = Mutant(key, name.rsplit("__mutmut_", 1)[0], before, after, diff)
+            if rewords_a_message(original, changed):
+                mutant.status, mutant.reason = "equivalent", WORDING
+            elif (target, mutant.function, before, after) in EQUIVALENT:
+                mutant.status, mutant.reason = "equivalent", EQUIVALENT[target, mutant.function, before, after]
+            found.append(mutant)
+    return found
+
+
+def run(target: str, children: int, last: bool = False) -> Result:
+    """Mutates ``target`` under its tests, or with ``last``, reads the verdicts of the last run (stopped or not)."""
+    work = WORK / _slug(target)
+    started = time.perf_counter()
+    if last:
+        if not (work / target).is_file() or digest(work / target) != digest(ROOT / target):
+            raise SystemExit(f"the last run in {work} mutated another version of {target}: run it again")
+    else:
+        prepare(target, work)
+    result = Result(target, digest(ROOT / target), list_mutants(target, work))
+    names = [mutant.name for mutant in result.mutants if mutant.status != "equivalent"]
+    if last:
+        _read_verdicts(target, work, result)
+        return result
+    print(f"{target}: {len(result.mutants)} mutants, {len(result.mutants) - len(names)} reword a message or are "
+          f"listed as equivalent; mutmut runs the other {len(names)} under {', '.join(TARGETS[target])}", flush=True)
+    mutmut = Path(sys.executable).with_name("mutmut")
+    if names:
+        with open(work / "mutmut.log", "w", encoding="utf-8") as log:  # mutmut's own progress, for a post-mortem
+            ran = subprocess.run([str(mutmut), "run", "--max-children", str(children), *names], cwd=work,
+                                 stdout=log, stderr=subprocess.STDOUT, check=False)
+        if ran.returncode != 0:
+            raise SystemExit(f"mutmut failed on {target} (exit {ran.returncode}); its output: {work / 'mutmut.log'}")
+        _read_verdicts(target, work, result)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _read_verdicts(target: str, work: Path, result: Result) -> None:
+    from mutmut.stats import status_by_exit_code
+
+    meta = json.loads((work / "mutants" / f"{target}.meta").read_text(encoding="utf-8"))
+    for mutant in result.mutants:
+        if mutant.status != "equivalent":
+            mutant.status = status_by_exit_code[meta["exit_code_by_key"].get(mutant.name)]
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def summary(results: list[Result], seconds: float | None, children: int) -> str:
+    from importlib.metadata import version
+
+    width = max(len(result.target) for result in results)
+    how = (f"{children} workers on {os.cpu_count()} cores, {_minutes(seconds)}" if seconds is not None else
+           "--last: the verdicts of the last run, as far as it got (\"other\" counts the mutants it never ran)")
+    lines = [f"python -m course.authoring.mutation --write: mutmut {version('mutmut')}, {how}, "
+             f"{time.strftime('%Y-%m-%d')}", "",
+             f"{'file'.ljust(width)}  sha256        " + "  ".join(COLUMNS)]
+    for result in results:
+        counts = "  ".join(str(result.count(column)).rjust(len(column)) for column in COLUMNS)
+        lines.append(f"{result.target.ljust(width)}  {result.digest}  {counts}")
+    lines += ["", "Equivalent, with the reason:"]
+    for result in results:
+        wording = sum(mutant.reason == WORDING for mutant in result.mutants)
+        if wording:
+            lines.append(f"  {result.target}: {wording} mutants {WORDING}")
+        for mutant in result.mutants:
+            if mutant.status == "equivalent" and mutant.reason != WORDING:
+                lines.append(f"  {result.target} {mutant.function}: `{mutant.before}` -> `{mutant.after}`: {mutant.reason}")
+    left = [(result, mutant) for result in results for mutant in result.mutants if mutant.status not in SETTLED]
+    unrun = sum(mutant.status == "not checked" for _, mutant in left)
+    left = [(result, mutant) for result, mutant in left if mutant.status != "not checked"]
+    if unrun:
+        lines += ["", f"Not run: {unrun} mutants (the run stopped before them; run it again)"]
+    lines += ["", "Not killed, not explained:" if left or unrun else "Not killed, not explained: none"]
+    for result, mutant in left:
+        lines.append(f"  {result.target} {mutant.function} ({mutant.status}): `{mutant.before}` -> `{mutant.after}`")
+    return "\n".join(lines) + "\n"
+
+
+def recorded() -> dict[str, str]:
+    """target -> the sha256 digest the summary records for it."""
+    found = {}
+    if SUMMARY.is_file():
+        for line in SUMMARY.read_text(encoding="utf-8").splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] in TARGETS and len(parts[1]) == 12 and parts[0] not in found:
+                found[parts[0]] = parts[1]  # the table's line: the file, its sha256, the counts
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course.authoring.mutation", description=__doc__.split("\n\n")[0])
+    parser.add_argument("targets", nargs="*", help=f"the files to mutate (default: all of {', '.join(TARGETS)})")
+    parser.add_argument("--write", action="store_true", help=f"rewrite {SUMMARY.relative_to(ROOT)}")
+    parser.add_argument("--children", type=int, default=os.cpu_count() or 2, help="mutants run at once")
+    parser.add_argument("--last", action="store_true",
+                        help="run nothing: report (and with --write, record) the verdicts of the last run in .mutation/")
+    args = parser.parse_args(argv)
+    unknown = [target for target in args.targets if target not in TARGETS]
+    if unknown:
+        parser.error(f"not a target: {', '.join(unknown)} (targets: {', '.join(TARGETS)})")
+    if args.write and args.targets and set(args.targets) != set(TARGETS):
+        parser.error("--write runs every target: the summary covers them all")
+    started = time.perf_counter()
+    results = [run(target, args.children, args.last) for target in args.targets or TARGETS]
+    text = summary(results, None if args.last else time.perf_counter() - started, args.children)
+    print()
+    print(text, end="")
+    for result in results:
+        for mutant in result.mutants:
+            if mutant.status not in SETTLED:
+                print(f"\n{mutant.name} ({mutant.status}):\n{mutant.diff}")
+    if args.write:
+        SUMMARY.write_text(text, encoding="utf-8")
+        print(f"wrote {SUMMARY.relative_to(ROOT)}")
+    return 1 if any(mutant.status not in SETTLED for result in results for mutant in result.mutants) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
