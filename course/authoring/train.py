@@ -13,7 +13,7 @@ values a block).
 
 What it reads: English, and this book. The English is the King James Bible
 (``course/texts/kjv.txt``, public domain, 1.09M tokens): plain sentences a small
-model can learn to write in ten minutes. The book's chapters (``book/src/*.md``)
+model can learn to write in twenty minutes. The book's chapters (``book/src/*.md``)
 come as prose (``prose``): code blocks, tables and every sentence with a code
 character left out, so that the model writes no Markdown. They are 2% of what it
 reads: eight times as much (tried) made it write the book's half-sentences, not the
