@@ -192,12 +192,13 @@ def prepare(target: str, work: Path) -> None:
     """A fresh copy of the working tree in ``work``, configured to mutate ``target`` under its tests."""
     if work.exists():
         shutil.rmtree(work)
-    for name in _tracked_files():
+    files = _tracked_files()
+    for name in files:
         destination = work / name
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, destination)
     source = target.split("/")[0]
-    also = sorted({name.split("/")[0] for name in _tracked_files() if "/" in name} - {source, ".ci", ".github"})
+    also = sorted({name.split("/")[0] for name in files if "/" in name} - {source, ".ci", ".github"})
     settings = {
         "source_paths": [source],
         "only_mutate": [target],
