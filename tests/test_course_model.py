@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from course.authoring.train import CODE_CHARACTERS  # the characters of Markdown, code and math
 from course.outline import COURSE_LLAMA, COURSE_MODEL, ROOT
 from harness import greedy_agreement
 from reference import hf_greedy, rounded_logits
@@ -71,6 +72,13 @@ def program(*args: str, env: dict | None = None, module: str = "course.programs.
                           timeout=900, env={**os.environ, **(env or {})})
 
 
+def unused_tokens(folder) -> int:
+    """How many of GPT-2's tokens the model in ``folder`` never read: they share one embedding row."""
+    from course.authoring.train import VOCABULARY
+
+    return VOCABULARY - json.loads((folder / "training.json").read_text())["tokens_used"]
+
+
 def test_the_folder_is_a_small_gpt2_checkpoint():
     """course/gpt2-book holds config.json, float16 model.safetensors, GPT-2's tokenizer files and heldout.txt;
     the tokens the training text never uses share one row"""
@@ -87,7 +95,7 @@ def test_the_folder_is_a_small_gpt2_checkpoint():
         dtypes = {f.get_tensor(key).dtype for key in f.keys()}
     assert dtypes == {np.dtype("float16")}, dtypes
     rows, counts = np.unique(wte, axis=0, return_counts=True)
-    shared, unused = counts.max(), config["vocab_size"] - json.loads((COURSE_MODEL / "training.json").read_text())["tokens_used"]
+    shared, unused = counts.max(), unused_tokens(COURSE_MODEL)
     assert shared == unused, f"the largest group of equal wte rows has {shared} rows; expected the {unused} unused tokens"
     size = checkpoint.weights_file.stat().st_size / 2**20
     print(f"model.safetensors: {size:.1f} MiB; {len(rows)} distinct wte rows, one shared by {shared} tokens")
@@ -111,19 +119,17 @@ def test_the_llama_folder_is_a_small_llama_checkpoint():
         table = f.get_tensor("model.embed_tokens.weight")
         dtypes = {f.get_tensor(key).dtype for key in f.keys()}
     assert dtypes == {np.dtype("float16")}, dtypes
-    unused = 50257 - json.loads((COURSE_LLAMA / "training.json").read_text())["tokens_used"]
-    assert np.unique(table, axis=0, return_counts=True)[1].max() == unused
+    assert np.unique(table, axis=0, return_counts=True)[1].max() == unused_tokens(COURSE_LLAMA)
     for name in ("vocab.json", "merges.txt", "heldout.txt", "heldout-kjv.txt"):
         assert (COURSE_LLAMA / name).read_bytes() == (COURSE_MODEL / name).read_bytes(), name
 
 
 @pytest.fixture(scope="module")
-def trained_counts(tokenizer):
+def trained_counts():
     """How often each token occurs in the text the models were trained on (held-out tenths left out)."""
-    from course.authoring.train import END_OF_TEXT, bible, chapters, prose, split
+    from course.authoring.train import corpus
 
-    documents = [prose(text) for _, text in chapters()] + bible()
-    ids = tokenizer.encode(END_OF_TEXT.join(split(text)[0] for text in documents)).ids
+    ids = corpus()["ids"]
     return Counter(ids), len(ids)
 
 
@@ -212,8 +218,6 @@ def test_offline_main_runs_the_course_model_and_says_so(tmp_path):
 
 #: Debian's wamerican (macOS ships the same path); .ci/run installs it.
 WORD_LIST = Path("/usr/share/dict/words")
-#: Characters of code and Markdown, none of which English prose needs.
-CODE_CHARACTERS = set("`[]{}_=|#*<>")
 
 
 def english(samples: list[str]) -> tuple[float, int, list[str]]:
@@ -221,7 +225,8 @@ def english(samples: list[str]) -> tuple[float, int, list[str]]:
     words = {line.strip().lower() for line in WORD_LIST.read_text(encoding="utf-8", errors="replace").splitlines()}
     found = [w for text in samples for w in re.findall(r"[A-Za-z]+(?:'[a-z]+)?", text)]
     unknown = [w for w in found if w.lower() not in words and w.lower().split("'")[0] not in words]
-    return 1 - len(unknown) / max(1, len(found)), sum(c in CODE_CHARACTERS for text in samples for c in text), unknown
+    code = sum(c in CODE_CHARACTERS for text in samples for c in text)
+    return 1 - len(unknown) / max(1, len(found)), code, unknown
 
 
 def test_english_counts_what_it_should():

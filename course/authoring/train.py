@@ -229,13 +229,13 @@ def train(out: Path, steps: int = STEPS, seed: int = 0, curve: Path | None = CUR
         total = torch.cat([logits[..., :-1], logits[..., -1:] + shared], dim=-1)
         return (torch.logsumexp(total, -1) - logits.gather(-1, batch[:, 1:, None])[..., 0]).mean()
 
-    def held_out_loss(windows: np.ndarray = held_out) -> float:
+    def held_out_loss(held: np.ndarray = held_out) -> float:
         model.eval()
         with torch.no_grad():
-            losses = [float(loss_of(torch.from_numpy(windows[i : i + BATCH, :-1]))) * len(windows[i : i + BATCH])
-                      for i in range(0, len(windows), BATCH)]
+            losses = [float(loss_of(torch.from_numpy(held[i : i + BATCH, :-1]))) * len(held[i : i + BATCH])
+                      for i in range(0, len(held), BATCH)]
         model.train()
-        return sum(losses) / len(windows)
+        return sum(losses) / len(held)
 
     def measure(step: int) -> None:
         record["held_out_loss"].append((step, round(held_out_loss(), 4)))
