@@ -164,13 +164,8 @@ class CachedNextLogits:
         new = ids[len(self.seen) :]
         self.check_positions(len(new), len(self.seen))
         new_ids = Buffer.from_numpy(np.asarray([new], dtype=np.int64)).to(self.device)
-        outputs = self.graph(len(new)).engine_model.execute(new_ids, *self.keys, *self.values)
+        outputs = self.run.engine_model.execute(new_ids, *self.keys, *self.values)
         layers = len(self.empty)  # out come the logits, every layer's keys, every layer's values
         logits, self.keys, self.values = outputs[0], outputs[1:1 + layers], outputs[1 + layers:]
         self.seen = ids
         return logits.to(CPU()).to_numpy()[0]
-
-    def graph(self, new_tokens: int):
-        """The compiled graph for a call with ``new_tokens`` new ids: here always the one graph
-        (step 16 adds a second, for exactly one)."""
-        return self.run

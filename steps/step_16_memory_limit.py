@@ -34,6 +34,11 @@ This step:
 * writes the one-row product as the matrix times a column (TODO 2);
 * a ``DecodeLinear`` that uses it for a single row, and step 04's matmul for
   many (TODO 3), and the head the same way (TODO 4);
+* reads the cache the same way (TODO 5). Step 15 concatenates each layer's
+  cache at every step: a copy of all of it, one token longer. Here the cache
+  is allocated once, token-major (``[n_positions, H, D]``, one token's keys
+  after another's), the decode graph reads its first ``P`` rows where they
+  lie, and the new token's key and value are written into row ``P``;
 * (given) compiles the model twice: the prefill graph with a symbolic number of
   new tokens, where each ``DecodeLinear`` sees many rows and keeps the matmul,
   and a decode graph for exactly one new token, where each sees one row.
@@ -43,11 +48,16 @@ Check this step with ``pixi run s16``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from max.experimental.nn import Linear
+from max.experimental import functional as F
+from max.experimental.nn import Linear, Module
 from max.experimental.tensor import Tensor
 
 from step_01_config import GPT2Config
+from step_06_position_embeddings import Embeddings
+from step_08_residual import residual
 from step_15_kv_cache import CachedGPT2LMHeadModel, CachedNextLogits
 
 
@@ -111,35 +121,123 @@ class DecodeGPT2LMHeadModel(CachedGPT2LMHeadModel):
         # Hint: step 11's head is hidden @ wteᵀ; the table is self.transformer.wte.weight.
         return None
 
+    def decode(self, input_ids: Tensor, past_keys: list[Tensor], past_values: list[Tensor]):
+        """One new token, ids [1, 1], over the cache read in place (given code).
+
+        ``past_keys[i]`` and ``past_values[i]`` are layer i's cache, ``[P, H, D]``,
+        token-major. Returns the logits [1, vocab_size] and each layer's new key
+        and value, ``[1, H, D]``, for the caller to write into row P.
+        """
+        body = self.transformer
+        x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])
+        keys, values = [], []
+        for block, past_k, past_v in zip(body.h, past_keys, past_values):
+            attn = block.attn
+            q, k, v = F.split(attn.c_attn(block.ln_1(x)), [attn.n_embd] * 3, axis=-1)
+            q, k, v = (t.reshape([1, attn.n_head, attn.head_dim]) for t in (q, k, v))
+            y = attend_in_place(q, k, v, past_k, past_v)
+            x = x + attn.c_proj(y.reshape([1, 1, attn.n_embd]))
+            x = residual(x, block.ln_2, block.mlp)
+            keys.append(k)
+            values.append(v)
+        return self.head(body.ln_f(x[:, -1, :])), keys, values
 
 
 
-# --- given code: a prefill graph and a decode graph -------------------------------------------
+
+def attend_in_place(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tensor) -> Tensor:
+    """One new token's attention over the cache as it lies in memory.
+
+    q, k, v [1, H, D]: the new token's query, key and value. past_k, past_v
+    [P, H, D]: the P cached tokens', token-major. The new token sees every cached
+    token and itself, so there is nothing to mask. Returns y [1, H, D].
+    """
+    # TODO 5: Score q against every cached key as one multiply and sum over D (the
+    #   cache is read once, in memory order: no transpose, no copy), and against the
+    #   new key k the same way; scale by 1 / sqrt(D); softmax over the P + 1 tokens;
+    #   return the cached values weighted by their P weights, summed over the tokens,
+    #   plus v weighted by the last weight.
+    # Hint: (past_k * q) broadcasts q over the P tokens: [P, H, D]. A sum over the last
+    #   axis keeps it as size 1: [P, H, 1]. F.concat([a, b], axis=0) joins the tokens,
+    #   and w[:P] and w[P:] split them again (P = past_k.shape[0]).
+    return None
+
+
+
+
+# --- given code: a prefill graph, a decode graph, a cache allocated once --------------------
+class DecodeStep(Module):
+    """The decode graph's module: the model's ``decode`` as its ``forward``, with the model's weights."""
+
+    def __init__(self, model: DecodeGPT2LMHeadModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, past_keys: list[Tensor], past_values: list[Tensor]):
+        return self.model.decode(input_ids, past_keys, past_values)
+
+
 class DecodeNextLogits(CachedNextLogits):
-    """Step 15's ``next_logits(ids)`` with two compiled graphs of one model.
+    """Step 15's ``next_logits(ids)`` with a decode graph and a cache allocated once.
 
-    ``self.run`` (step 15's, symbolic ``"seq"``) runs the prefill: there each
-    DecodeLinear sees a symbolic number of rows and keeps the matmul.
-    ``self.decode`` takes exactly one new token, so every DecodeLinear sees one
-    row. It is compiled on the first decode step, so that the first token does
-    not wait for it. Both take and return the same cache.
+    A prefill (the first call, and any call but one more token) runs step 15's
+    graph, ``self.run``, where each DecodeLinear sees a symbolic number of rows
+    and keeps the matmul. Its keys and values are copied into the cache: per
+    layer a key and a value buffer ``[n_positions, H, D]``, allocated here, once.
+
+    A decode step runs ``self.decode``, compiled for exactly one new token on the
+    first decode step (so that the first token does not wait for it). It is
+    handed the first P rows of each buffer: views of the same memory, since the
+    P tokens lie one after another. It returns the new token's key and value,
+    which are copied into row P. Nothing is concatenated: a step reads the
+    cache once and writes one row of it.
     """
 
     def __init__(self, model: DecodeGPT2LMHeadModel, config: GPT2Config, device=None):
+        from max.driver import Buffer
+        from max.dtype import DType
+
         super().__init__(model, config, device)  # compiles the prefill graph, self.run
         self.model, self.decode = model, None
+        layers, heads, head_dim = self.cache_shape(config)
+        shape = [config.n_positions, heads, head_dim]
+        self.key_cache = [Buffer.zeros(shape, DType.float32, device=self.device) for _ in range(layers)]
+        self.value_cache = [Buffer.zeros(shape, DType.float32, device=self.device) for _ in range(layers)]
 
-    def graph(self, new_tokens: int):
-        """The graph for a call with ``new_tokens`` new tokens after a non-empty cache or not."""
-        if new_tokens != 1 or not self.seen:
-            return self.run
+    def __call__(self, ids: list[int]) -> np.ndarray:
+        from max.driver import CPU, Buffer
+
+        ids = [int(i) for i in ids]
+        if not self.seen or ids[:-1] != self.seen:  # not one more token: a prefill, from the start
+            self.reset()
+            logits = super().__call__(ids)  # step 15's graph; its keys and values come back [1, H, T, D]
+            rows = [Buffer.from_numpy(np.ascontiguousarray(grown.to(CPU()).to_numpy()[0].swapaxes(0, 1)))
+                    for grown in self.keys + self.values]  # [H, T, D] -> [T, H, D], token-major
+            for cache, new in zip(self.key_cache + self.value_cache, rows):
+                cache[: len(ids), :, :].inplace_copy_from(new)  # from the host to the cache's device
+            self.device.synchronize()  # a copy may still be queued: wait for it while `rows` exists
+            return logits
+        past = len(self.seen)
+        self.check_positions(1, past)
+        new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)
+        outputs = self.decode_graph().engine_model.execute(
+            new_id, *(cache[:past, :, :] for cache in self.key_cache + self.value_cache))
+        for cache, row in zip(self.key_cache + self.value_cache, outputs[1:]):  # every layer's key, then value
+            cache[past : past + 1, :, :].inplace_copy_from(row)
+        self.device.synchronize()  # the same: the rows are the graph's outputs, freed on return
+        self.seen = ids
+        return outputs[0].to(CPU()).to_numpy()[0]
+
+    def decode_graph(self):
+        """The decode graph, compiled on its first use."""
         if self.decode is None:
             from max.dtype import DType
             from max.experimental.tensor import TensorType
 
+            layers, heads, head_dim = self.cache_shape(self.config)
             one = TensorType(DType.int64, [1, 1], self.device)
-            layers = len(self.empty)
-            self.decode = self.model.compile(one, [self.kv] * layers, [self.kv] * layers)
+            rows = TensorType(DType.float32, ["past", heads, head_dim], self.device)
+            self.decode = DecodeStep(self.model).compile(one, [rows] * layers, [rows] * layers)
         return self.decode
 
 

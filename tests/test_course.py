@@ -545,6 +545,15 @@ PLANTED = {
         16, "one_row(hidden, self.transformer.wte.weight)", "one_row(hidden, self.transformer.wpe.weight)",
         r"the head gives shape \[1, 64\] for one hidden vector, expected \[1, 320\].* — TODO 4 in ",
     ),
+    "cache attention softmax over the heads": (
+        16, "weights = F.softmax(scores, axis=0)", "weights = F.softmax(scores, axis=1)",
+        r"attend_in_place vs scaled_dot_product_attention \(1 cached token\): the softmax runs over the heads.* — TODO 5 in ",
+    ),
+    "cache attention without the new token": (
+        16, "return (weights[:past] * past_v).sum(0) + weights[past:] * v",
+        "return (F.softmax(scores[:past], axis=0) * past_v).sum(0)",
+        r"the new token's own key and value are left out.* — TODO 5 in ",
+    ),
     # Step 14.
     "config.json ignored": (
         14,

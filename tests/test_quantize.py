@@ -15,6 +15,8 @@
   the same rounded weights: largest |Δ| 1.8% of the largest logit (bound 3%),
   while rounding the weights moves the logits by 22.8%. A layer left unswapped
   shows: float32 c_fc gave 5.0%, a float32 head 6.0%.
+* Step 16's decode graph and cache with q4_0 weights (bench's quantized road) gives
+  step 15's cached logits: bound 0.5%, as the next.
 * Step 13's uncached graph with q4_0 weights gives the cached model's logits:
   largest |Δ| 0.000% (bound 0.5%). Before its graph called the model's ``head``,
   ``--no-cache`` kept a float32 head: 6.7%.
@@ -123,7 +125,7 @@ def small_model():
     model = model.to_empty(device="cpu")
     model.tie_weights()  # to_empty unties lm_head; GPT-2's is wte
     seeded(model, seed=15)
-    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15])
+    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16])
     pretrained = steps[14].Pretrained(solution(1).GPT2Config.from_hf(model.config), to_max_state(model), None)
     return model, steps, pretrained
 
@@ -157,21 +159,29 @@ def test_quantized_model_matches_its_rounded_weights(small_model, cached_q4_0):
                            f"of the largest logit (rounding the weights moves them {lost:.1%})")
 
 
-def test_uncached_quantized_model_quantizes_its_head_too(small_model, cached_q4_0):
-    """`--quantize q4_0 --no-cache` (step 13's graph) gives the cached q4_0 model's logits: its head is quantized too"""
+#: The other roads to the q4_0 model, and what a gap on each would mean.
+ROADS = {
+    "no cache": (dict(cached=False), "a float32 head (step 13's graph not calling the model's head) shows as a few percent"),
+    "step 16's decode graph and cache": (dict(cached=True, decode=True), "bench's quantized road"),
+}
+
+
+@pytest.mark.parametrize("road", list(ROADS))
+def test_other_roads_give_the_cached_q4_0_logits(small_model, cached_q4_0, road):
+    """q4_0 without the cache (its head quantized too) and through step 16's graphs and cache gives step 15's logits"""
     from max.driver import CPU
 
     from course.programs.build import compile_model
+    from course.programs.quantize import logits_along
 
     _, steps, pretrained = small_model
-    uncached = compile_model(steps, pretrained, CPU(), cached=False, quantize="q4_0")
-    got = np.stack([uncached(IDS[: 8 + i]) for i in range(len(IDS) - 8)])
-    scale = np.abs(cached_q4_0).max()
-    worst = float(np.abs(got - cached_q4_0).max() / scale)
-    print(f"q4_0 without and with the cache: largest |Δ| {worst:.3%} of the largest logit")
+    options, meaning = ROADS[road]
+    other = compile_model(steps, pretrained, CPU(), quantize="q4_0", **options)
+    got = logits_along(other, IDS[:8], IDS[8:])
+    worst = float(np.abs(got - cached_q4_0).max() / np.abs(cached_q4_0).max())
+    print(f"q4_0, {road} vs step 15's cache: largest |Δ| {worst:.3%} of the largest logit")
     assert worst <= UNCACHED_BOUND, (
-        f"q4_0 without the cache vs with it: largest |Δ| is {worst:.1%} of the largest logit; a float32 head "
-        "(step 13's graph not calling the model's head) shows as a few percent")
+        f"q4_0, {road} vs step 15's cached graph: largest |Δ| is {worst:.1%} of the largest logit ({meaning})")
 
 
 def test_refusals_name_the_reason():

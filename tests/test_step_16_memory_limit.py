@@ -6,11 +6,14 @@
   square one shows a product with ``W`` where ``Wᵀ`` belongs).
 * ``DecodeLinear`` (TODO 3) equals Hugging Face's ``Conv1D`` (``GPT2MLP.c_fc``) on one
   row and on many (step 04's shapes, whose kernels are already compiled); the head (TODO 4) equals ``hidden @ wteᵀ``. All eager.
+* ``attend_in_place`` (TODO 5) equals PyTorch's ``scaled_dot_product_attention`` of the
+  new query over the cached keys and values and the new ones, for 1 and 9 cached tokens.
 * Then the compiled model: a prefill of 5 tokens on the prefill graph, then one token per
   call on the decode graph. The logits at every position match ``GPT2LMHeadModel``
   over the whole sequence; greedy tokens equal Hugging Face's ``generate``. Building
   compiles one graph (the prefill's), the first decode step one more, and nothing is
-  compiled after that.
+  compiled after that. The cache, allocated once, then holds Hugging Face's keys and
+  values (``past_key_values``) of every token, written in place.
 
 Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst |Δ| on
 solutions/: see the ✓ lines (the teacher-forced logits about 1e-5, as step 15's).
@@ -141,6 +144,53 @@ def test_head_scores_every_token(step):
     assert_close(got, hidden @ wte.T, "DecodeGPT2LMHeadModel.head vs hidden @ wteᵀ", step=step)
 
 
+# --- TODO 5: attention over the cache as it lies --------------------------------------------
+
+
+def _attention(q, keys, values, scale):
+    """Softmax attention of one query per head over ``keys``/``values`` [T, H, D] (NumPy), -> [1, H, D]."""
+    scores = np.einsum("hd,thd->th", q[0], keys) * scale
+    weights = np.exp(scores - scores.max(0))
+    weights /= weights.sum(0)
+    return np.einsum("th,thd->hd", weights, values)[None]
+
+
+@pytest.mark.parametrize("past", [1, 9], ids=["1 cached token", "9 cached tokens"])
+def test_attend_in_place_matches_torch(step, past):
+    """attend_in_place equals PyTorch's scaled_dot_product_attention over the cached and the new keys and values"""
+    from course.runtime import from_numpy, to_numpy
+
+    heads, head_dim = 4, 16
+    q, k, v = (hidden_states(1, heads, head_dim, seed=20 + i) for i in range(3))
+    past_k, past_v = hidden_states(past, heads, head_dim, seed=23), hidden_states(past, heads, head_dim, seed=24)
+    keys, values = np.concatenate([past_k, k]), np.concatenate([past_v, v])
+    with torch.no_grad():  # [1, H, 1, D] over [1, H, past + 1, D]
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            *(torch.from_numpy(t).transpose(0, 1)[None] for t in (q, keys, values)))[0].transpose(0, 1).numpy()
+    what = f"attend_in_place(q [1, {heads}, {head_dim}], …, past_k [{past}, {heads}, {head_dim}], …)"
+    got = call(attribute(step, "attend_in_place"), *(from_numpy(t) for t in (q, k, v, past_k, past_v)), what=what)
+    got = to_numpy(got)
+    if list(got.shape) != [1, heads, head_dim]:
+        fail(f"{what} has shape {list(got.shape)}, expected [1, {heads}, {head_dim}]: one output per head, the "
+             f"weighted sum over the tokens — TODO 5 in {shown(step.__file__)}")
+    scale = 1 / np.sqrt(head_dim)
+    across_heads = np.einsum("hd,thd->th", q[0], keys) * scale
+    across_heads = np.exp(across_heads - across_heads.max(1, keepdims=True))
+    across_heads /= across_heads.sum(1, keepdims=True)
+    mistakes = [
+        Mistake("the scores are not scaled by 1 / sqrt(D)", 5, lambda: _attention(q, keys, values, 1.0)),
+        Mistake("the scores are scaled by 1 / D, not 1 / sqrt(D)", 5, lambda: _attention(q, keys, values, 1 / head_dim)),
+        Mistake("the new token's own key and value are left out: it attends to itself too", 5,
+                lambda: _attention(q, past_k, past_v, scale)),
+        Mistake("the softmax runs over the heads (axis 1), not over the tokens (axis 0)", 5,
+                lambda: np.einsum("th,thd->hd", across_heads, values)[None]),
+        Mistake("the new value is left out of the sum: add v weighted by the last weight", 5,
+                lambda: _attention(q, keys, np.concatenate([past_v, 0 * v]), scale)),
+    ]
+    assert_close(got, expected, f"attend_in_place vs scaled_dot_product_attention ({past} cached token{'s' * (past > 1)})",
+                 mistakes=mistakes, step=step)
+
+
 # --- the compiled model ----------------------------------------------------------------------
 
 
@@ -151,6 +201,7 @@ def compiled(step, reference) -> tuple[object, int]:
         test_one_row_equals_x_times_w_transposed(step, 192)
         test_decode_linear_matches_conv1d(step, "one row")
         test_head_scores_every_token(step)
+        test_attend_in_place_matches_torch(step, 9)
         model, config = decode_model(step, reference)
         with counting_compiles() as loads:
             next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
@@ -199,3 +250,23 @@ def test_greedy_matches_hugging_face(step, record_property):
         if note := greedy_agreement(got, expected, scores, f"prompt {prompt}"):
             print(note)
     record_property("greedy", "2 prompts × 32 tokens: = Hugging Face")
+
+
+def test_cache_holds_the_keys_and_values_written_in_place(step):
+    """the cache, allocated once, holds Hugging Face's keys and values of every token after decoding"""
+    reference = generation_model()
+    next_logits, _ = compiled(step, reference)
+    buffers = [*next_logits.key_cache, *next_logits.value_cache]
+    ids = np.random.default_rng(17).integers(0, GEN["vocab_size"], size=20).tolist()
+    for end in range(3, len(ids) + 1):  # a prefill of 3, then 17 decode steps
+        call(next_logits, ids[:end], what=f"the call with {end} tokens")
+    if [*next_logits.key_cache, *next_logits.value_cache] != buffers:
+        fail(f"decoding replaced the cache's buffers: they are allocated once, in __init__, and written in place "
+             f"— DecodeNextLogits is given code in {shown(step.__file__)}")
+    with torch.no_grad():
+        cache = reference(torch.tensor([ids]), use_cache=True).past_key_values
+    for name, ours in (("keys", next_logits.key_cache), ("values", next_logits.value_cache)):
+        got = np.stack([buffer.to_numpy()[: len(ids)] for buffer in ours])  # [layers, T, H, D]
+        expected = np.stack([getattr(layer, name)[0].transpose(0, 1).numpy() for layer in cache.layers])
+        assert_close(got, expected, f"the cache's {name}, every layer, after 3 + 17 tokens, vs past_key_values",
+                     step=step)

@@ -36,7 +36,7 @@ checkpoint as a peer: written as GGUF, float32 and each ``--quantize`` format
 (``course.programs.llama``), timed the same way in its own process on the same prompt
 ids and thread count; a "× llama.cpp" column compares ours with it, format for format.
 
-``--quantize`` adds step 15's cached model with its weights in GGUF block formats
+``--quantize`` adds step 16's model and cache with its weights in GGUF block formats
 (``course.programs.quantize``), one path per format. Its accuracy cost is measured once,
 in the first round, on held-out text (the checkpoint's ``heldout.txt``, else the
 course model's: the tenth of each chapter it never trained on): every next token
@@ -72,7 +72,7 @@ from course.outline import ROOT, SOLUTIONS
 
 PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)",
          "decode": "ours, decode graph (step 16)"}
-PATHS |= {f"cache_{name}": f"ours, KV cache, {name} weights" for name in QUANTIZE}
+PATHS |= {f"cache_{name}": f"ours, decode graph, {name} weights" for name in QUANTIZE}
 PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
 #: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
 PEERS = {"cache": "llama_f32", "decode": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
@@ -191,7 +191,8 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
         from course.programs.quantize import check
 
         check(quantize, config, device)
-    next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize, decode=path == "decode")
+    next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize,
+                                decode=path == "decode" or quantize is not None)
     result = {"compile_s": time.perf_counter() - started}
     kwargs = dict(n_positions=context(config), temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="runs per path; the medians are reported")
     p.add_argument("--layers", type=int, default=12, help="n_layer of the random model (GPT-2 small: 12)")
     p.add_argument("--model", help="a checkpoint (Hub id or folder, as for main) instead of random weights")
-    p.add_argument("--quantize", nargs="+", choices=QUANTIZE, default=[], help="add the cached model with weights in these formats (CPU only)")
+    p.add_argument("--quantize", nargs="+", choices=QUANTIZE, default=[], help="add step 16's model and cache with weights in these formats (CPU only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--paths", nargs="+", choices=list(PATHS), help="time only these paths (hf is always timed: "
                    "the × Hugging Face column divides by it); e.g. leave out no_cache for long runs, where it is slow")

@@ -62,8 +62,9 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     """Step 11's model (or step 15's cached one, or with ``decode`` step 16's) with the checkpoint's
     weights, compiled into ``next_logits(ids) -> [vocab_size]``.
 
-    ``decode``: step 16's model, whose decode graph multiplies each weight by one row as
-    ``W @ xᵀ`` (float32 only).
+    ``decode``: step 16's model and runner: a decode graph that multiplies each weight by
+    one row as ``W @ xᵀ`` and reads a cache allocated once. With ``quantize`` too, its
+    Linear layers and head are the quantized ones, and only the cache is step 16's.
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
@@ -74,8 +75,6 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     config, state = pretrained.config, pretrained.state
     if family_of(config) == "llama":
         return _compile_llama(steps, pretrained, device, cached, quantize, decode)
-    if decode and quantize:
-        raise ValueError("step 16's decode graph is float32; --quantize runs step 15's cached model")
     model_class = steps[16].DecodeGPT2LMHeadModel if decode else (
         steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel)
     with F.lazy():
