@@ -36,7 +36,7 @@ EVENT = re.compile(r"\[OP\] (LAUNCH|COMPLETE) (.*) \[id=(\d+)\]")
 #: What the op names say, in words, first match wins.
 KINDS = [
     ("the head and the layers' products (matmul)", re.compile(r"matmul", re.I)),
-    ("the cache: concat (a copy of the old one)", re.compile(r"concat", re.I)),
+    ("concat (step 15: the cache, copied; step 16: the scores)", re.compile(r"concat", re.I)),
     ("softmax", re.compile(r"softmax", re.I)),
     ("layer norms, GELU, adds (fused elementwise)", re.compile(r"elementwise|foreach", re.I)),
     ("reductions (mean, max, sum)", re.compile(r"reduce|mean|sum|max", re.I)),
