@@ -14,6 +14,8 @@ matrix or a swapped scale and shift would go unnoticed otherwise.
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import torch
 import transformers
@@ -69,12 +71,14 @@ def hf_causal_mask(seq_len: int, past_len: int = 0, sizes: dict | None = None, *
     if past_len:
         past = torch.zeros(1, getattr(config, "num_key_value_heads", config.num_attention_heads), past_len, head_dim)
         cache.update(past, past, 0)
+    # Newer transformers call this argument cache (5.24 warns that past_key_values goes in 5.40); 5.12 knows only the old name.
+    named = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
     mask = create_causal_mask(
         config=config,
         inputs_embeds=torch.zeros(1, seq_len, config.hidden_size),
         attention_mask=None,
-        past_key_values=cache,
         position_ids=torch.arange(past_len, past_len + seq_len)[None],
+        **{named: cache},
     )
     return mask[0, 0].numpy()
 
