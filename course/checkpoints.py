@@ -203,8 +203,10 @@ def _tokenizer(folder: Path, with_merges: bool) -> tuple[dict[str, int], list[tu
             vocab, merges = _from_tokenizer_json(folder / TOKENIZER_JSON)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
         raise CheckpointError(f"the tokenizer files in {folder} cannot be read: {one_line(error)}") from None
+    if not isinstance(vocab, dict):  # (tokenizer.json's is always a dict)
+        raise CheckpointError(f"{vocab_json} holds a JSON {type(vocab).__name__}, not GPT-2's vocabulary (token -> id)")
     bad = next((merge for merge in merges if len(merge) != 2), None)
-    if not isinstance(vocab, dict) or bad is not None:
+    if bad is not None:
         raise CheckpointError(f"the tokenizer files in {folder} are not GPT-2's format (a merge is {bad!r})")
     return vocab, merges
 

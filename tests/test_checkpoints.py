@@ -12,7 +12,10 @@ port (``HF_ENDPOINT``), the way a machine without a network does.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -22,6 +25,7 @@ from checkpoint_folders import (  # noqa: F401 - fixtures
     TEXT, TOKENIZER_FILES, checkpoints, offline_hub, reference, saved_weights, tokenizer_dir, write,
 )
 from course.checkpoints import CheckpointError, find
+from course.outline import ROOT
 from harness import solution
 
 pytestmark = pytest.mark.course
@@ -80,6 +84,20 @@ def _uncached(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
     return "gpt2"
 
 
+def _untied_of_another_shape(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
+    def untie(weights):
+        weights["lm_head.weight"] = np.zeros((301, 64), np.float32)
+    return str(_edited(checkpoints, tmp_path, tokenizer_dir, untie))
+
+
+def _untied_original_layout(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
+    from safetensors.numpy import load_file
+
+    weights = load_file(checkpoints["original gpt2 layout"] / "model.safetensors")  # wte.weight, no transformer.
+    weights["lm_head.weight"] = weights["wte.weight"] + 0.5
+    return str(write(tmp_path / "edited", weights, checkpoints["save_pretrained"], tokenizer_dir))
+
+
 def _too_many_tokens(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
     folder = tmp_path / "big-vocab"
     shutil.copytree(checkpoints["save_pretrained"], folder)
@@ -93,9 +111,13 @@ def _too_many_tokens(checkpoints, tmp_path, tokenizer_dir, monkeypatch) -> str:
 BROKEN = {
     "truncated model.safetensors": (_truncated, ["model.safetensors", "truncated"]),
     "a missing weight": (_missing, ["h.1.mlp.c_fc.bias"]),
-    "an unexpected weight": (_unexpected, ["h.0.attn.c_attn.scale"]),
-    "a mis-shaped weight": (_misshaped, ["ln_f.weight", "[63]", "[64]"]),
-    "an untied lm_head": (_untied, ["lm_head.weight", "ties"]),
+    "an unexpected weight": (_unexpected, ["edited/model.safetensors", "h.0.attn.c_attn.scale", "shape [3]",
+                                           "config.json: n_layer=2, n_embd=64, vocab_size=300, n_positions=32"]),
+    "a mis-shaped weight": (_misshaped, ["edited/model.safetensors", "ln_f.weight", "[63]", "[64]",
+                                         "config.json: n_layer=2, n_embd=64, vocab_size=300, n_positions=32"]),
+    "an untied lm_head": (_untied, ["lm_head.weight", "max |Δ| 0.5", "ties"]),
+    "an untied lm_head of another shape": (_untied_of_another_shape, ["lm_head.weight", "shape [301, 64] vs [300, 64]"]),
+    "an untied lm_head, original gpt2 layout": (_untied_original_layout, ["lm_head.weight", "max |Δ| 0.5"]),
     "no config.json": (_no_config, ["config.json", "no-config"]),
     "no such folder": (_no_folder, ["no-such-folder"]),
     "a vocab.json larger than vocab_size": (_too_many_tokens, ["big-vocab", "305 tokens", "vocab_size of 300"]),
@@ -127,6 +149,139 @@ def test_a_good_folder_is_found_as_it_is(checkpoints):
         found = find(str(checkpoints[layout]))
         assert found.folder == checkpoints[layout] and found.weights_file.name == weights, found
         assert found.config["n_embd"] == 64 and found.config["model_type"] == "gpt2", found.config
+
+
+#: A folder's files -> what find's one line says it lacks (find reads none of them: empty files will do).
+INCOMPLETE_FOLDERS = {
+    "an empty folder": ((), "has no config.json, no model.safetensors or pytorch_model.bin, no vocab.json, "
+                            "no merges.txt;"),
+    "no weights": (("config.json", *TOKENIZER_FILES), "has no model.safetensors or pytorch_model.bin;"),
+    "a sharded checkpoint": (("config.json", *TOKENIZER_FILES, "model.safetensors.index.json",
+                              "model-00001-of-00002.safetensors"), "has no model.safetensors (a sharded checkpoint"),
+    "no merges.txt": (("config.json", "model.safetensors", "vocab.json"), "has no merges.txt;"),
+    "tokenizer.json, no config.json": (("model.safetensors", "tokenizer.json"), "has no config.json;"),
+    "tokenizer.json, no weights": (("config.json", "tokenizer.json"), "has no model.safetensors or pytorch_model.bin;"),
+}
+
+
+@pytest.mark.parametrize("case", list(INCOMPLETE_FOLDERS))
+def test_a_folder_without_a_needed_file_is_refused(case, tmp_path):
+    """a folder that lacks a needed file (or holds a sharded checkpoint) is refused in one line that names the
+    folder and every file it lacks"""
+    names, says = INCOMPLETE_FOLDERS[case]
+    folder = tmp_path / "incomplete"
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b"")
+    with pytest.raises(CheckpointError) as refused:
+        find(str(folder))
+    assert f"{folder} {says}" in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["./no-such-folder", "/no-such-folder", "~/no-such-folder", "a/b/c", "a\\b"])
+def test_a_path_that_is_no_folder_is_refused(name):
+    """a path (./, /, ~/, two slashes, a backslash) where there is no folder is refused as a folder, not looked
+    up on the Hub"""
+    with pytest.raises(CheckpointError) as refused:
+        find(name)
+    assert f"there is no folder {name};" in str(refused.value), str(refused.value)
+
+
+def test_a_file_or_a_bad_id_is_refused(tmp_path):
+    """a file where a folder should be, and a name that is neither a folder nor a Hub id, are refused by name"""
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError) as refused:
+        find(str(tmp_path / "config.json"))
+    assert f"{tmp_path / 'config.json'} is a file;" in str(refused.value), str(refused.value)
+    with pytest.raises(CheckpointError) as refused:
+        find("not an id!")
+    message = str(refused.value)
+    assert "'not an id!' is neither a folder nor a Hugging Face model id (Repo id must" in message, message
+    assert message.endswith(")") and "not an id!'." not in message, "only the rule it breaks, not its repetition"
+
+
+def test_the_course_models_are_found_by_name():
+    """--model course and --model course-llama name the course's own folders, not a folder called course/"""
+    from course.outline import COURSE_LLAMA, COURSE_MODEL
+
+    for name, folder in (("course", COURSE_MODEL), ("course-llama", COURSE_LLAMA)):
+        found = find(name)
+        assert (found.folder, found.weights_file) == (folder, folder / "model.safetensors"), found
+
+
+#: A file of the checkpoint, overwritten with these bytes -> what load_pretrained's one line must say.
+UNREADABLE = {
+    "config.json not JSON": ("save_pretrained", "config.json", b"{not json",
+                             ["config.json cannot be read as JSON", "line 1 column 2"]),
+    "config.json a list": ("save_pretrained", "config.json", b"[64]", ["config.json holds a JSON list"]),
+    "vocab.json not JSON": ("save_pretrained", "vocab.json", b"", ["Expecting value: line 1 column 1 (char 0)"]),
+    "vocab.json a list": ("save_pretrained", "vocab.json", b"[]", ["vocab.json holds a JSON list"]),
+    "an empty pytorch_model.bin": ("pytorch_model.bin", "pytorch_model.bin", b"",
+                                   ["pytorch_model.bin cannot be read (EOFError)", "delete it"]),
+}
+
+
+@pytest.mark.parametrize("case", list(UNREADABLE))
+def test_a_file_that_cannot_be_read_is_refused(case, checkpoints, tmp_path):
+    """a config.json, vocab.json or weights file that is not what it should be is refused in one line that
+    names the file (or its folder) and what its reader found"""
+    layout, name, data, says = UNREADABLE[case]
+    folder = tmp_path / "unreadable"
+    shutil.copytree(checkpoints[layout], folder)
+    (folder / name).write_bytes(data)
+    with pytest.raises(CheckpointError) as refused:
+        solution(14).load_pretrained(str(folder))
+    message = str(refused.value)
+    assert str(folder) in message and "\n" not in message and all(text in message for text in says), message
+
+
+def test_a_pickle_that_is_more_than_tensors_is_refused(checkpoints, tmp_path):
+    """a pytorch_model.bin that holds other objects than tensors (a pickle can run code as it loads) is refused,
+    never unpickled"""
+    import datetime
+
+    import torch
+
+    folder = tmp_path / "pickle"
+    shutil.copytree(checkpoints["pytorch_model.bin"], folder)
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    torch.save(state | {"saved_on": datetime.date(2019, 2, 14)}, folder / "pytorch_model.bin")
+    with pytest.raises(CheckpointError) as refused:
+        find(str(folder)).read_weights()
+    assert "pytorch_model.bin cannot be read (" in str(refused.value) and "datetime" in str(refused.value)
+
+
+def test_a_bin_saved_on_a_gpu_is_read_on_the_cpu(checkpoints, tmp_path, monkeypatch):
+    """a pytorch_model.bin saved from a GPU (its tensors tagged cuda:0) is read to its values on a machine without
+    one"""
+    import torch
+
+    folder = tmp_path / "saved-on-a-gpu"
+    shutil.copytree(checkpoints["pytorch_model.bin"], folder)
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    with monkeypatch.context() as saving:  # what torch.save writes for a tensor in a GPU's memory
+        saving.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save(state, folder / "pytorch_model.bin")
+    read = find(str(folder)).read_weights()
+    assert sorted(read) == sorted(state), sorted(set(read) ^ set(state))
+    assert all(np.array_equal(read[key], value.float().numpy()) for key, value in state.items())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_weights_are_read(dtype, checkpoints, tmp_path):
+    """a model.safetensors in float16, or in bfloat16 (which NumPy has no type for: read as float32), is read to
+    the values it stores"""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = tmp_path / dtype
+    shutil.copytree(checkpoints["save_pretrained"], folder)
+    stored = {key: torch.from_numpy(value).to(getattr(torch, dtype)) for key, value in saved_weights(checkpoints).items()}
+    save_file(stored, folder / "model.safetensors")
+    read = find(str(folder)).read_weights()
+    wte = read["transformer.wte.weight"]
+    assert wte.dtype == (np.float16 if dtype == "float16" else np.float32), wte.dtype
+    assert np.array_equal(wte.astype(np.float32), stored["transformer.wte.weight"].float().numpy())
 
 
 def test_a_folder_saved_by_transformers_5_loads(checkpoints, tokenizer_dir, tmp_path):
@@ -168,6 +323,8 @@ LLAMA_REFUSALS = {
                            "(model_type 'llama'); the course loads GPT-2 checkpoints in step 14"),
     "a Mistral checkpoint": ({"model_type": "mistral"}, "describes a 'mistral' model; this loader builds the course's "
                              "Llama (model_type 'llama')"),
+    "no model_type": ({"model_type": None}, "describes a None model; this loader builds the course's Llama "
+                      "(model_type 'llama')"),
     "Llama 3's scaled RoPE": ({"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 32.0}},
                               "sets rope_parameters.rope_type='llama3' (RoPE with scaled frequencies"),
     "scaled RoPE, transformers 4": ({"rope_scaling": {"type": "linear", "factor": 2.0}},
@@ -188,12 +345,16 @@ def test_a_llama_config_the_course_does_not_compute_is_refused(case, tmp_path):
 
     edit, says = LLAMA_REFUSALS[case]
     values = llama_hf_config(**LLAMA_SMALL).to_dict() | edit
+    values = {key: value for key, value in values.items() if not (key in edit and value is None)}  # None: left out
     (tmp_path / "config.json").write_text(json.dumps(values))
     for name in ("model.safetensors", "tokenizer.json"):  # found, never read: config.json is refused first
         (tmp_path / name).write_bytes(b"")
     with pytest.raises(CheckpointError) as refused:
         find(str(tmp_path)).config_of("llama")
-    assert says in str(refused.value), str(refused.value)
+    message = str(refused.value)
+    assert f"{tmp_path / 'config.json'} {says}" in message, message
+    if case in ("a Mistral checkpoint", "no model_type"):  # a family the course does not build: no step to name
+        assert message.endswith(says), message
 
 
 def test_a_llama_config_is_read_as_it_is(tmp_path):
@@ -282,7 +443,9 @@ def test_a_tokenizer_json_with_added_tokens(checkpoints, tokenizer_dir, tmp_path
 @pytest.fixture
 def local_hub(monkeypatch, tmp_path):
     """A Hub on a local port, serving the files put in the dict it returns ({repo: {name: bytes}}) the way
-    huggingface_hub downloads them (HEAD, then GET, of /<repo>/resolve/main/<name>), and an empty cache."""
+    huggingface_hub downloads them (HEAD, then GET, of /<repo>/resolve/main/<name>), and an empty cache.
+    A file given as an int answers its GET with that HTTP status; one given as None, without the commit
+    and ETag headers that huggingface_hub needs."""
     import hashlib
     import http.server
     import threading
@@ -308,9 +471,15 @@ def local_hub(monkeypatch, tmp_path):
                 self.end_headers()
                 return
             data = repos[repo][name]
+            if isinstance(data, int) and body:
+                self.send_response(data)
+                self.end_headers()
+                return
+            data = data if isinstance(data, bytes) else b"?"  # (an empty file would be written without a GET)
             self.send_response(200)
-            self.send_header("X-Repo-Commit", "0123456789abcdef0123456789abcdef01234567")
-            self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+            if repos[repo][name] is not None:
+                self.send_header("X-Repo-Commit", "0123456789abcdef0123456789abcdef01234567")
+                self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if body:
@@ -355,8 +524,12 @@ def test_a_hub_id_is_downloaded_once(checkpoints, local_hub):
 HUB_REFUSALS = {
     "no such model": (None, ["there is no model 'someone/nothing' on the Hugging Face Hub", "gpt2, gpt2-medium"]),
     "no vocab.json": (("config.json", "model.safetensors", "merges.txt"),
-                      ["'someone/nothing' on the Hub lacks a file a GPT-2 checkpoint needs", "vocab.json"]),
+                      ["'someone/nothing' on the Hub lacks a file a GPT-2 checkpoint needs", "someone/nothing/resolve/main/vocab.json"]),
     "no weights": (("config.json", *TOKENIZER_FILES), ["'someone/nothing' on the Hub lacks a file", "pytorch_model.bin"]),
+    "merges.txt forbidden": ({"merges.txt": 403}, ["downloading 'someone/nothing' failed: 403",
+                                                  "hf download someone/nothing config.json"]),
+    "merges.txt without metadata": ({"merges.txt": None}, ["downloading 'someone/nothing' failed",
+                                                          "hf download someone/nothing config.json"]),
 }
 
 
@@ -364,8 +537,10 @@ HUB_REFUSALS = {
 def test_a_hub_id_that_cannot_be_downloaded(case, checkpoints, local_hub):
     """a Hub id the Hub does not have, or whose repository lacks a file, is refused in one line that says so"""
     names, says = HUB_REFUSALS[case]
+    if isinstance(names, dict):  # every file, these ones served wrong
+        names = _files(checkpoints["save_pretrained"], "config.json", "model.safetensors", *TOKENIZER_FILES) | names
     if names is not None:
-        local_hub["someone/nothing"] = _files(checkpoints["save_pretrained"], *names)
+        local_hub["someone/nothing"] = names if isinstance(names, dict) else _files(checkpoints["save_pretrained"], *names)
     with pytest.raises(CheckpointError) as refused:
         find("someone/nothing")
     message = str(refused.value)
@@ -391,6 +566,111 @@ def test_main_without_model_takes_gpt2_or_says_why_not(checkpoints, local_hub, t
     fake_hub(tmp_path, "openai-community/gpt2", checkpoints["save_pretrained"])
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     assert default_model() == ("gpt2", None), "GPT-2 small in the cache as openai-community/gpt2"
+
+
+#: A repository in the cache, the id asked for, the files it lacks there -> found in the cache (else not).
+CACHED = {
+    "gpt2 as openai-community/gpt2": ("gpt2", "openai-community/gpt2", (), True),
+    "openai-community/gpt2 as gpt2": ("openai-community/gpt2", "gpt2", (), True),
+    "tokenizer.json instead of vocab.json and merges.txt": ("someone/tiny", "someone/tiny", TOKENIZER_FILES, True),
+    "no config.json": ("someone/tiny", "someone/tiny", ("config.json",), False),
+    "no weights": ("someone/tiny", "someone/tiny", ("model.safetensors",), False),
+    "no merges.txt nor tokenizer.json": ("someone/tiny", "someone/tiny", ("merges.txt", "tokenizer.json"), False),
+    "no tokenizer at all": ("someone/tiny", "someone/tiny", (*TOKENIZER_FILES, "tokenizer.json"), False),
+}
+
+
+@pytest.mark.parametrize("case", list(CACHED))
+def test_a_hub_id_is_taken_from_the_cache_when_it_is_complete(case, checkpoints, tokenizer_dir, tmp_path, monkeypatch):
+    """a Hub id is read from the Hugging Face cache (under either of GPT-2's names) when every needed file is
+    there, the tokenizer as vocab.json and merges.txt or as tokenizer.json; else the Hub is asked (here: out of
+    reach, and find says so)"""
+    from checkpoint_folders import fake_hub
+    from transformers import GPT2TokenizerFast
+
+    cached, asked, lacks, found = CACHED[case]
+    snapshot = fake_hub(tmp_path, cached, checkpoints["save_pretrained"])
+    GPT2TokenizerFast.from_pretrained(tokenizer_dir).backend_tokenizer.save(str(snapshot / "tokenizer.json"))
+    for name in lacks:
+        (snapshot / name).unlink()
+    offline_hub(monkeypatch, tmp_path / "hub")
+    if found:
+        assert find(asked).folder == snapshot, case
+    else:
+        with pytest.raises(CheckpointError) as refused:
+            find(asked)
+        assert f"'{asked}' is not a folder here nor in the Hugging Face cache" in str(refused.value), str(refused.value)
+
+
+def _hanging_up_server() -> str:
+    """A local Hub that takes each connection and closes it without an answer; its endpoint."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def hang_up():
+        while True:
+            connection, _ = server.accept()
+            connection.recv(65536)
+            connection.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def _hanging_name_lookup(monkeypatch) -> str:
+    """A Hub whose name lookup hangs for 8 s (a lookup ignores time-outs), then fails; its endpoint."""
+    import socket
+
+    lookup = socket.getaddrinfo
+
+    def hang(host, *args, **kwargs):
+        if host != "hub.hangs.invalid":
+            return lookup(host, *args, **kwargs)
+        time.sleep(8)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hang)
+    return "http://hub.hangs.invalid"
+
+
+#: How the Hub is out of reach -> its endpoint, and why find and default_model say it cannot be reached.
+UNREACHABLE = {
+    "a closed port": (lambda monkeypatch: None, "{netloc}: Connection refused"),
+    "a server that hangs up": (lambda monkeypatch: _hanging_up_server(), "{netloc}: Remote end closed connection "
+                               "without response"),
+    "HF_ENDPOINT not a URL": (lambda monkeypatch: "hub.invalid",
+                              ": unknown url type: 'hub.invalid/{model}/resolve/main/config.json'"),
+    "HF_HUB_OFFLINE": (lambda monkeypatch: None, "HF_HUB_OFFLINE is set"),
+    "a name lookup that hangs": (_hanging_name_lookup, "{netloc} did not answer within 5 s"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNREACHABLE))
+def test_a_hub_out_of_reach_is_said_with_its_reason(case, tmp_path, monkeypatch):
+    """an id that is not cached, the Hub out of reach, is refused within seconds (5 at most) with the cache's
+    folder, the reason the Hub gave, and the command that downloads it; main without --model says the same"""
+    from huggingface_hub import constants
+
+    from course.checkpoints import COURSE, default_model
+
+    endpoint, why = UNREACHABLE[case]
+    offline_hub(monkeypatch, tmp_path / "empty-cache", endpoint(monkeypatch))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", case == "HF_HUB_OFFLINE")
+    netloc = constants.ENDPOINT.split("://")[-1]
+    for model, where in (("gpt2", "in"), ("someone/tiny", "a folder here nor in")):
+        started = time.perf_counter()
+        with pytest.raises(CheckpointError) as refused:
+            find(model)
+        message, seconds = str(refused.value), time.perf_counter() - started
+        assert f"'{model}' is not {where} the Hugging Face cache ({tmp_path / 'empty-cache'})" in message, message
+        assert f"hf download {model} config.json model.safetensors" in message, message
+        assert "(" + why.format(netloc=netloc, model=model) + ")" in message and seconds < 6.5, (seconds, message)
+        if case == "a name lookup that hangs":  # 5 s each: once is enough
+            return
+    model, said = default_model()
+    assert model == COURSE and "(" + why.format(netloc=netloc, model="gpt2") + ")" in said, said
 
 
 def _tokenizer_json(checkpoints, tokenizer_dir, tmp_path, edit):
@@ -437,3 +717,66 @@ def test_a_tokenizer_json_that_is_not_gpt2s_is_refused(kind, checkpoints, tokeni
         solution(14).load_pretrained(str(folder))
     found = "WordPiece" if kind == "WordPiece" else "BPE"
     assert f"holds a {found} tokenizer, not GPT-2's byte-level BPE" in str(refused.value), str(refused.value)
+
+
+def test_the_tokenizer_reads_alike_from_either_format(checkpoints, tokenizer_dir, tmp_path):
+    """vocab.json and merges.txt (a blank line at its end, as an editor leaves it), and the tokenizer.json that
+    transformers writes of them (alone, or beside a vocab.json without merges.txt), read to the same vocabulary
+    and the same merges in the same order"""
+    from course.checkpoints import read_tokenizer
+
+    files = tmp_path / "files"
+    shutil.copytree(tokenizer_dir, files)
+    with open(files / "merges.txt", "a", encoding="utf-8") as merges:
+        merges.write("\n")
+    alone, _ = _tokenizer_json(checkpoints, tokenizer_dir, tmp_path, lambda data: None)
+    beside = tmp_path / "beside"
+    shutil.copytree(alone, beside)
+    shutil.copy(tokenizer_dir / "vocab.json", beside / "vocab.json")
+    vocab, merges = read_tokenizer(files)
+    assert len(vocab) == 300 and merges[0] == tuple((tokenizer_dir / "merges.txt").read_text().splitlines()[1].split())
+    for folder in (alone, beside):
+        assert read_tokenizer(folder) == (vocab, merges), folder
+
+
+@pytest.mark.parametrize("merge", [["a", "b", "c"], "a b c"])
+def test_a_tokenizer_json_with_a_merge_of_three_is_refused(merge, checkpoints, tokenizer_dir, tmp_path):
+    """a tokenizer.json with a merge that is not a pair (as a list or as a string) is refused, quoting it"""
+    folder, _ = _tokenizer_json(checkpoints, tokenizer_dir, tmp_path, lambda data: data["model"]["merges"].append(merge))
+    with pytest.raises(CheckpointError) as refused:
+        solution(12).Tokenizer.from_dir(folder)
+    assert f"the tokenizer files in {folder} are not GPT-2's format (a merge is ('a', 'b', 'c'))" in str(refused.value)
+
+
+#: A locale whose text encoding is ASCII, as in a bare container: C, without Python's coercion to UTF-8.
+ASCII_LOCALE = {"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+READ_IN_A_CHILD = """
+import json, locale, sys
+from course.checkpoints import find, read_tokenizer
+found = find(sys.argv[1])
+print(json.dumps([locale.getpreferredencoding(False), found.family, found.config["_name_or_path"],
+                  *(read_tokenizer(folder) for folder in sys.argv[1:])]))
+"""
+
+
+def test_the_files_are_read_as_utf8_under_an_ascii_locale(checkpoints, tokenizer_dir, tmp_path):
+    """config.json, vocab.json, merges.txt and tokenizer.json read as UTF-8 under an ASCII locale too (LC_ALL=C
+    without Python's UTF-8 coercion, as in a bare container), to what they read to here"""
+    from course.checkpoints import read_tokenizer
+
+    folder = tmp_path / "accented"
+    shutil.copytree(checkpoints["save_pretrained"], folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8")) | {"_name_or_path": "gpt2-café"}
+    (folder / "config.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    alone, _ = _tokenizer_json(checkpoints, tokenizer_dir, tmp_path, lambda data: None)
+    data = json.loads((alone / "tokenizer.json").read_text(encoding="utf-8"))
+    (alone / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")  # Ġ as itself
+    child = subprocess.run([sys.executable, "-c", READ_IN_A_CHILD, str(folder), str(alone)], cwd=ROOT,
+                           env=os.environ | ASCII_LOCALE, capture_output=True, text=True, encoding="utf-8", timeout=120)
+    assert child.returncode == 0, f"reading the checkpoint under LC_ALL=C failed:\n{child.stderr[-1500:]}"
+    encoding, family, name, *tokenizers = json.loads(child.stdout)
+    assert encoding.lower().replace("-", "") not in ("utf8", "utf_8"), f"the child's locale reads {encoding}, not ASCII"
+    assert find(str(folder)).config["_name_or_path"] == "gpt2-café"  # here, as the child must read it
+    expected = json.loads(json.dumps([read_tokenizer(folder), read_tokenizer(alone)]))  # tuples as JSON lists
+    assert (family, name) == ("gpt2", "gpt2-café") and tokenizers == expected, (
+        family, name, [len(vocab) for vocab, _ in tokenizers])

@@ -63,9 +63,60 @@ TARGETS: dict[str, tuple[str, ...]] = {
                               "tests/test_step_23_llama_pretrained.py", "tests/test_step_12_tokenizer.py"),
 }
 
+_CK = "course/checkpoints.py"
+_UTF8_NAME = "a codec's name is case-insensitive: 'UTF-8' is 'utf-8'"
+_ANY_REPO = ("the probe asks only whether the Hub answers, and any HTTP answer counts (404 for a repository it does "
+             "not know included): the repository in its URL changes nothing")
+_ANY_METHOD = ("any HTTP answer counts, and the Hub answers GET (a small config.json) and a method it does not "
+               "know (an error status) as it answers HEAD")
+_JOIN = ("join(timeout) bounds the wait whatever urlopen's own time-out: the same message at the same time; the "
+         "probe thread, a daemon, ends unseen")
+_DAEMON = ("the probe thread ends with urlopen's time-out as join gives up; only a name lookup that hangs past it "
+           "(which ignores time-outs) would keep a non-daemon thread, and so the program's exit, waiting")
+_CAP = "one more character of huggingface_hub's error, quoted after the names and values that matter: the line stays one line"
+
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
 #: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
-EQUIVALENT: dict[tuple[str, str, str, str], str] = {}
+EQUIVALENT: dict[tuple[str, str, str, str], str] = {
+    **{(_CK, function, line, line.replace('"utf-8"', '"UTF-8"')): _UTF8_NAME
+       for function, line in (
+           ("xǁCheckpointǁconfig_of", 'values = json.loads(path.read_text(encoding="utf-8"))'),
+           ("x_read_files", 'vocab = json.loads(Path(vocab_json).read_text(encoding="utf-8"))'),
+           ("x_read_files", 'lines = Path(merges_txt).read_text(encoding="utf-8").splitlines() if merges_txt else []'),
+           ("x__from_tokenizer_json", 'data = json.loads(path.read_text(encoding="utf-8"))'))},
+    (_CK, "x_default_model", 'why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(hf_hub_url(SIZES[0], CONFIG))',
+     'why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(hf_hub_url(None, CONFIG))'): _ANY_REPO,
+    (_CK, "x_default_model", 'why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(hf_hub_url(SIZES[0], CONFIG))',
+     'why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(hf_hub_url(SIZES[1], CONFIG))'): _ANY_REPO,
+    (_CK, "x__download", 'why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(hf_hub_url(model, CONFIG))',
+     'why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _unreachable(hf_hub_url(None, CONFIG))'): _ANY_REPO,
+    (_CK, "x__download", 'f"{one_line(error)[:200]}") from None', 'f"{one_line(error)[:201]}") from None'): _CAP,
+    (_CK, "x__download", 'raise CheckpointError(f"downloading {model!r} failed: {one_line(error)[:300]}; {how}") from None',
+     'raise CheckpointError(f"downloading {model!r} failed: {one_line(error)[:301]}; {how}") from None'): _CAP,
+    **{(_CK, "x__unreachable", 'urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()',
+        'urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()'.replace(*change)): why
+       for change, why in (((', method="HEAD"', ', method=None'), _ANY_METHOD), ((', method="HEAD"', ', '), _ANY_METHOD),
+                           (('"HEAD"', '"XXHEADXX"'), _ANY_METHOD), (('"HEAD"', '"head"'), _ANY_METHOD),
+                           (("timeout=timeout", "timeout=None"), _JOIN), (("timeout=timeout", ""), _JOIN))},
+    (_CK, "x_check_tied_head", 'f"max |Δ| {float(np.max(np.abs(head.astype(np.float64) - wte))):.3g}")',
+     'f"max |Δ| {float(np.max(np.abs(head.astype(None) - wte))):.3g}")'):
+        "NumPy reads the dtype None as float64: the same subtraction",
+    (_CK, "x__tokenizer", "vocab, merges = read_files(vocab_json, merges_txt if with_merges else None)",
+     "vocab, merges = read_files(vocab_json, merges_txt if (with_merges) or True else None)"):
+        "vocabulary_size then parses merges.txt too and counts the same tokens; only a damaged merges.txt is refused "
+        "by load_pretrained instead of by step 12's Tokenizer.from_dir, with the same message",
+    (_CK, "x__from_tokenizer_json",
+     'merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in model["merges"]]',
+     'merges = [tuple(merge.split(None)) if isinstance(merge, str) else tuple(merge) for merge in model["merges"]]'):
+        "a byte-level BPE's tokens hold no whitespace (every byte has a printable stand-in), so a merge splits "
+        "alike on ' ' and on any whitespace",
+    **{(_CK, "x_read_weights", 'loaded = torch.load(path, map_location="cpu", weights_only=True)', after):
+       "PyTorch loads weights_only by default since 2.6 (the course's is 2.13): the same refusal of a pickle that is "
+       "more than tensors" for after in ('loaded = torch.load(path, map_location="cpu", weights_only=None)',
+                                          'loaded = torch.load(path, map_location="cpu", )')},
+    **{(_CK, "x__unreachable", "probe = threading.Thread(target=ask, daemon=True)", f"probe = threading.Thread(target=ask, {after})"): _DAEMON
+       for after in ("daemon=None", "", "daemon=False")},
+}
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
 WORDING = "changes only the wording of an error message: the checks match its names and values, not its prose"
