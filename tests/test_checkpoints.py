@@ -317,6 +317,14 @@ def test_random_weights_take_the_same_road(tmp_path):
     assert state["transformer.h.0.attn.c_attn.weight"].shape == (2304, 768), "Conv1D weights come back [out, in]"
 
 
+def _config_folder(tmp_path, values) -> str:
+    """A folder with ``values`` as its config.json, and the weights and tokenizer files find needs, empty."""
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    for name in ("model.safetensors", "tokenizer.json"):  # found, never read: config.json is refused first
+        (tmp_path / name).write_bytes(b"")
+    return str(tmp_path)
+
+
 #: A Llama config.json edit -> the course's refusal (step 23's loader reads config.json through config_of("llama")).
 LLAMA_REFUSALS = {
     "a GPT-2 checkpoint": ({"model_type": "gpt2"}, "describes a 'gpt2' model; this loader builds the course's Llama "
@@ -346,11 +354,8 @@ def test_a_llama_config_the_course_does_not_compute_is_refused(case, tmp_path):
     edit, says = LLAMA_REFUSALS[case]
     values = llama_hf_config(**LLAMA_SMALL).to_dict() | edit
     values = {key: value for key, value in values.items() if not (key in edit and value is None)}  # None: left out
-    (tmp_path / "config.json").write_text(json.dumps(values))
-    for name in ("model.safetensors", "tokenizer.json"):  # found, never read: config.json is refused first
-        (tmp_path / name).write_bytes(b"")
     with pytest.raises(CheckpointError) as refused:
-        find(str(tmp_path)).config_of("llama")
+        find(_config_folder(tmp_path, values)).config_of("llama")
     message = str(refused.value)
     assert f"{tmp_path / 'config.json'} {says}" in message, message
     if case in ("a Mistral checkpoint", "no model_type"):  # a family the course does not build: no step to name
@@ -363,10 +368,7 @@ def test_a_llama_config_is_read_as_it_is(tmp_path):
     from test_step_23_llama_pretrained import SMOLLM2_CONFIG_JSON
 
     for values in (SMOLLM2_CONFIG_JSON, llama_hf_config(**LLAMA_SMALL).to_dict()):
-        (tmp_path / "config.json").write_text(json.dumps(values))
-        for name in ("model.safetensors", "tokenizer.json"):
-            (tmp_path / name).write_bytes(b"")
-        assert find(str(tmp_path)).config_of("llama") == json.loads(json.dumps(values))
+        assert find(_config_folder(tmp_path, values)).config_of("llama") == json.loads(json.dumps(values))
 
 
 #: A GPT-2 config.json edit -> the course's refusal (step 14's loader reads config.json through config_of("gpt2")).
@@ -388,13 +390,6 @@ GPT2_REFUSALS = {
 }
 
 
-def _gpt2_config_folder(tmp_path, values) -> str:
-    (tmp_path / "config.json").write_text(json.dumps(values))
-    for name in ("model.safetensors", "tokenizer.json"):  # found, never read: config.json is refused first
-        (tmp_path / name).write_bytes(b"")
-    return str(tmp_path)
-
-
 @pytest.mark.parametrize("case", list(GPT2_REFUSALS))
 def test_a_gpt2_config_the_course_does_not_compute_is_refused(case, tmp_path):
     """a GPT-2 config.json asking for what the course's GPT-2 does not compute (the exact GELU, an untied head,
@@ -403,7 +398,7 @@ def test_a_gpt2_config_the_course_does_not_compute_is_refused(case, tmp_path):
 
     edit, says = GPT2_REFUSALS[case]
     with pytest.raises(CheckpointError) as refused:
-        find(_gpt2_config_folder(tmp_path, hf_config(**SMALL).to_dict() | edit)).config
+        find(_config_folder(tmp_path, hf_config(**SMALL).to_dict() | edit)).config
     assert says in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
 
 
@@ -416,7 +411,7 @@ def test_a_gpt2_config_the_course_computes_is_read(edit, tmp_path):
 
     values = hf_config(**SMALL).to_dict() | edit
     values = {key: value for key, value in values.items() if value is not None}
-    assert find(_gpt2_config_folder(tmp_path, values)).config == json.loads(json.dumps(values))
+    assert find(_config_folder(tmp_path, values)).config == json.loads(json.dumps(values))
 
 
 def test_a_tokenizer_json_with_added_tokens(checkpoints, tokenizer_dir, tmp_path):
