@@ -128,8 +128,10 @@ def _host() -> str:
 def graph_file(graph, folder: Path, host: str) -> Path:
     """Where the MEF of ``graph`` (a ``max.graph.Graph``) is kept: its name and a digest of
     its printed body (every op, shape and constant) and of ``host``."""
-    body = re.sub(r"_kernel_library_paths = \[[^\]]*\]", "", repr(graph))
-    digest = hashlib.sha256(f"{host}\n{body}".encode()).hexdigest()[:24]
+    text = repr(graph)
+    body = re.sub(r"_kernel_library_paths = \[[^\]]*\]", "", text)
+    kernels = sorted(set(re.findall(rf"{KERNELS}/[0-9a-f]+", text)))  # the course's kernels, named by their source
+    digest = hashlib.sha256(f"{host}\n{body}{kernels or ''}".encode()).hexdigest()[:24]
     return folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', graph.name)[:60]}-{digest}.mef"
 
 
@@ -200,6 +202,54 @@ def reuse_compiled_graphs() -> None:
 
     compile_reusing_mefs.course_graphs = True
     InferenceSession.compile_reusing_mefs = compile_reusing_mefs
+
+
+#: The folder, inside MAX's cache, that holds the course's Mojo kernels, compiled (``course/kernels/``).
+KERNELS = "course-kernels"
+
+
+class KernelError(RuntimeError):
+    """The course's Mojo kernels could not be compiled here (no ``mojo``, or a compile error)."""
+
+
+@functools.cache
+def kernels() -> Path:
+    """The course's Mojo kernels (``course/kernels/*.mojo``) as one compiled package, for MAX's custom ops.
+
+    Compiled once with ``mojo precompile`` (the compiler that ``max`` brings, about 5 s) into
+    ``course-kernels/<digest>/kernels.mojoc`` beside MAX's cache, named by a digest of the
+    sources and the compiler's version; later calls and processes load that file. (Handed
+    the source folder instead, MAX recompiles it for every op that names it.)
+    Raises :class:`KernelError`, one line, when there is no Mojo compiler or it fails.
+    """
+    import shutil
+    import subprocess
+    import sys
+
+    source = Path(__file__).parent / "kernels"
+    mojo = shutil.which("mojo", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if mojo is None:
+        raise KernelError("no `mojo` compiler on PATH (it comes with `pip install max`, as the package mojo-compiler)")
+    digest = hashlib.sha256()
+    for file in sorted(source.glob("*.mojo")):
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    version = subprocess.run([mojo, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    digest.update(version.encode())
+    out = max_cache() / KERNELS / digest.hexdigest()[:16] / "kernels.mojoc"
+    if out.is_file():
+        return out
+    partial = out.parent / f"partial-{os.getpid()}"
+    partial.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run([mojo, "precompile", str(source), "-o", str(partial / out.name)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            errors = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "error" in line]
+            raise KernelError(f"mojo could not compile {source}: {(errors or ['exit status ' + str(done.returncode)])[0]}")
+        os.replace(partial / out.name, out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return out
 
 
 def to_numpy(x):

@@ -106,15 +106,18 @@ def one_row(x: Tensor, weight: Tensor) -> Tensor:
 class DecodeLinear(Linear):
     """Step 04's ``Linear`` (same weights, same names) that multiplies a single row as W @ xᵀ."""
 
+    #: The product for a single row: your one_row (the Mojo kernel's in KernelGPT2LMHeadModel).
+    one_row = staticmethod(one_row)
+
     def forward(self, x: Tensor) -> Tensor:
         # TODO 3: When x holds a single row (every size but the last is 1, as in the
-        #   decode graph), return one_row(x, self.weight) plus the bias; otherwise
+        #   decode graph), return self.one_row(x, self.weight) plus the bias; otherwise
         #   (many rows, or a symbolic number of them) step 04's Linear: super().forward(x).
         # Hint: in a compiled graph, x.shape holds Dims; a Dim equals 1 only when its
         #   size is the number 1, never when it is the symbol "seq".
         # ANCHOR: forward | stub: return None
         if all(size == 1 for size in x.shape[:-1]):
-            return one_row(x, self.weight) + self.bias
+            return self.one_row(x, self.weight) + self.bias
         return super().forward(x)
         # ANCHOR_END: forward
 
@@ -126,20 +129,23 @@ class DecodeLinear(Linear):
 class DecodeGPT2LMHeadModel(CachedGPT2LMHeadModel):
     """Step 15's cached GPT-2 with every Linear a DecodeLinear, and the head as the table times a column."""
 
+    #: The Linear layers' class, and the head's product for a single row.
+    linear, one_row = DecodeLinear, staticmethod(one_row)
+
     def __init__(self, config: GPT2Config):
         super().__init__(config)
         for module in [self, *(module for _, module in self.descendants)]:
             for name, child in list(module.children):
                 if type(child) is Linear:  # the same shape and bias; the weights are loaded later, by name
                     out_dim, in_dim = child.weight.shape
-                    setattr(module, name, DecodeLinear(in_dim, out_dim, bias=not isinstance(child.bias, int)))
+                    setattr(module, name, self.linear(in_dim, out_dim, bias=not isinstance(child.bias, int)))
 
     def head(self, hidden: Tensor) -> Tensor:
         """Step 11's head for the last position, hidden [1, n_embd] -> logits [1, vocab_size]."""
-        # TODO 4: Score the hidden vector against every row of wte, as one_row does.
+        # TODO 4: Score the hidden vector against every row of wte with self.one_row.
         # Hint: step 11's head is hidden @ wteᵀ; the table is self.transformer.wte.weight.
         # ANCHOR: head | stub: return None
-        return one_row(hidden, self.transformer.wte.weight)
+        return self.one_row(hidden, self.transformer.wte.weight)
         # ANCHOR_END: head
 
     def decode(self, input_ids: Tensor, past_keys: list[Tensor], past_values: list[Tensor]):
@@ -193,6 +199,37 @@ def attend_in_place(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Ten
 
 
 # ANCHOR_END: attend_in_place
+
+
+# --- given code: the same product by a Mojo kernel ----------------------------------------
+# ANCHOR: kernel
+def one_row_kernel(x: Tensor, weight: Tensor) -> Tensor:
+    """``one_row``'s numbers from the course's Mojo kernel, ``course/kernels/one_row.mojo``: a MAX
+    custom op that streams ``weight`` at the memory limit (given code; CPU only)."""
+    from max.graph import DeviceRef, TensorType
+
+    from course.runtime import kernels
+
+    out_dim, in_dim = weight.shape
+    device = DeviceRef.from_device(weight.device)
+    (y,) = F.custom("one_row", device, [x.reshape([1, in_dim]), weight],
+                    [TensorType(weight.dtype, [1, out_dim], device)], custom_extensions=kernels())
+    return y.reshape([*x.shape[:-1], out_dim])
+
+
+class KernelDecodeLinear(DecodeLinear):
+    """A DecodeLinear whose single row goes through the Mojo kernel."""
+
+    one_row = staticmethod(one_row_kernel)
+
+
+class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
+    """Step 16's model with every one-row product, the head's too, by the Mojo kernel."""
+
+    linear, one_row = KernelDecodeLinear, staticmethod(one_row_kernel)
+
+
+# ANCHOR_END: kernel
 
 
 # --- given code: a prefill graph, a decode graph, a cache allocated once --------------------

@@ -538,11 +538,11 @@ PLANTED = {
         r"the row is multiplied by W, not by Wᵀ.* — TODO 2 in ",
     ),
     "decode linear without its bias": (
-        16, "return one_row(x, self.weight) + self.bias", "return one_row(x, self.weight)",
+        16, "return self.one_row(x, self.weight) + self.bias", "return self.one_row(x, self.weight)",
         r"DecodeLinear vs Conv1D on one row: the bias is left out.* — TODO 3 in ",
     ),
     "head reads wpe": (
-        16, "one_row(hidden, self.transformer.wte.weight)", "one_row(hidden, self.transformer.wpe.weight)",
+        16, "self.one_row(hidden, self.transformer.wte.weight)", "self.one_row(hidden, self.transformer.wpe.weight)",
         r"the head gives shape \[1, 64\] for one hidden vector, expected \[1, 320\].* — TODO 4 in ",
     ),
     "cache attention softmax over the heads": (

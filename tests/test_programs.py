@@ -301,9 +301,9 @@ def test_bench_json_on_a_checkpoint(checkpoint, bench_json):
     """`bench --model DIR --quantize q4_0 --json`: every path timed; the float32 paths give Hugging Face's tokens"""
     out = bench_json
     paths = [path for path in out if not path.startswith("llama_")]  # llama.cpp's rows: the check below
-    assert paths == ["hf", "no_cache", "cache", "decode", "cache_q4_0"], out
+    assert paths == ["hf", "no_cache", "cache", "decode", "kernel", "cache_q4_0"], out
     assert all(r["decode_tok_s"] > 0 and r["prefill_ms"] > 0 and len(r["tokens"]) == 8 for r in out.values()), out
-    for path in ("no_cache", "cache", "decode"):
+    for path in ("no_cache", "cache", "decode", "kernel"):
         _same_tokens_as_hugging_face(out, path, checkpoint)
     quantized = out["cache_q4_0"]
     assert quantized["max_logit_err"] > 0, f"q4_0's logits equal float32's: nothing was quantized ({quantized})"
@@ -451,8 +451,9 @@ def test_bench_times_llama_cpp_beside_ours(checkpoint, bench_json):
 
     assert llama.version(), f"llama-cpp-python is not installed: {llama.INSTALL}"
     out = bench_json
-    assert list(out) == ["hf", "no_cache", "cache", "decode", "cache_q4_0", "llama_f32", "llama_q4_0"], out
-    for ours, peer in (("cache", "llama_f32"), ("decode", "llama_f32"), ("cache_q4_0", "llama_q4_0")):
+    assert list(out) == ["hf", "no_cache", "cache", "decode", "kernel", "cache_q4_0", "llama_f32", "llama_q4_0"], out
+    for ours, peer in (("cache", "llama_f32"), ("decode", "llama_f32"), ("kernel", "llama_f32"),
+                       ("cache_q4_0", "llama_q4_0")):
         ratio = out[ours]["decode_tok_s"] / out[peer]["decode_tok_s"]
         assert abs(out[ours]["vs_llama_cpp"] - ratio) < 1e-2, (ours, out[ours], out[peer])
     _same_tokens_as_hugging_face(out, "llama_f32", checkpoint)
@@ -466,3 +467,18 @@ def test_bench_without_llama_cpp_says_how_to_add_it():
     assert result.returncode == 0, result.stderr
     version, install = result.stdout.splitlines()
     assert version == "None" and 'pip install -e ".[llama]"' in install and "pixi run -e llama bench" in install, result.stdout
+
+
+def test_kernels_without_a_mojo_compiler_say_so(monkeypatch, tmp_path):
+    """course.runtime.kernels() with no `mojo` to be found: one line that names the package that brings it"""
+    from course import runtime
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no mojo
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # nor beside the interpreter
+    runtime.kernels.cache_clear()
+    try:
+        with pytest.raises(runtime.KernelError, match=r"^no `mojo` compiler on PATH \(it comes with `pip install max`, "
+                                                      r"as the package mojo-compiler\)$"):
+            runtime.kernels()
+    finally:
+        runtime.kernels.cache_clear()

@@ -201,3 +201,21 @@ def test_refusals_name_the_reason():
     with pytest.raises(ValueError, match="must be one of q4_0, q4_k, q6_k"):
         check("q8_0", config, Device("cpu"))
     check("q4_0", config, Device("cpu"))  # 64 and 256 are multiples of 32
+
+
+def test_the_mojo_kernel_is_refused_where_it_does_not_serve(small_model):
+    """compile_model's kernel=True with --quantize, without step 16's decode graph, or on a GPU: a ValueError naming it"""
+    from course.programs.build import compile_model
+
+    _, steps, pretrained = small_model
+
+    class Device:
+        def __init__(self, label):
+            self.label = label
+
+    for options, device, said in [(dict(quantize="q4_0", decode=True), "cpu", r"quantize='q4_0', decode=True on cpu"),
+                                  (dict(decode=False), "cpu", r"quantize=None, decode=False on cpu"),
+                                  (dict(decode=True), "gpu", r"quantize=None, decode=True on gpu")]:
+        with pytest.raises(ValueError, match=r"the Mojo kernel serves step 16's decode graph in float32 on the CPU, "
+                                             rf"not {said}"):
+            compile_model(steps, pretrained, Device(device), cached=True, kernel=True, **options)

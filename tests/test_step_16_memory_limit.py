@@ -270,3 +270,69 @@ def test_cache_holds_the_keys_and_values_written_in_place(step):
         expected = np.stack([getattr(layer, name)[0].transpose(0, 1).numpy() for layer in cache.layers])
         assert_close(got, expected, f"the cache's {name}, every layer, after 3 + 17 tokens, vs past_key_values",
                      step=step)
+
+
+# --- given code: the same products by the course's Mojo kernel -------------------------------
+
+
+def _mojo_or_skip() -> None:
+    """Compiles the course's kernels (once); skips, saying why, where there is no Mojo compiler at all
+    (pip's max brings one, mojo-compiler; a conda environment may not)."""
+    from course.runtime import KernelError, kernels
+
+    try:
+        kernels()
+    except KernelError as error:
+        if "no `mojo`" not in str(error):
+            raise
+        pytest.skip(f"{error}; with pixi: `pixi add modular`")
+
+
+@pytest.mark.parametrize("shape", [(67, 70), (192, 64)], ids=["W [67, 70]", "W [192, 64]"])
+def test_mojo_kernel_equals_x_times_w_transposed(step, shape):
+    """the Mojo kernel (one_row_kernel, given code) equals x @ Wᵀ, leftover rows and columns included
+
+    67 rows = 16 groups of four + 3; 70 columns = 4 loads of 16 + 6. Compiled with W, as in the model."""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.nn import Module
+    from max.experimental.tensor import Tensor, TensorType
+
+    from course.runtime import from_numpy, to_numpy
+
+    _mojo_or_skip()
+    out_dim, in_dim = shape
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal((1, 1, in_dim), dtype=np.float32)
+    w = rng.standard_normal((out_dim, in_dim), dtype=np.float32)
+    kernel = attribute(step, "one_row_kernel")
+
+    class Product(Module):  # a graph of the one product (an eager custom op would compile a graph per call)
+        def __init__(self):
+            self.weight = Tensor.from_dlpack(w)
+
+        def forward(self, row):
+            return kernel(row, self.weight)
+
+    run = call(Product().compile, TensorType(DType.float32, [1, 1, in_dim], CPU()),
+               what=f"compiling one_row_kernel with W [{out_dim}, {in_dim}]")
+    got = to_numpy(run(from_numpy(x)))
+    assert_close(got, x @ w.T, f"the Mojo kernel vs x @ Wᵀ (W [{out_dim}, {in_dim}])")
+
+
+def test_mojo_kernel_model_matches_the_whole_sequence(step):
+    """with the Mojo kernel (KernelGPT2LMHeadModel), through both graphs, the logits equal GPT2LMHeadModel's
+
+    Every one-row product and the head by the kernel; a prefill of 5 tokens, then 19 decode steps."""
+    _mojo_or_skip()
+    reference = generation_model()
+    config = solution(1).GPT2Config.from_hf(reference.config)
+    model = build(attribute(step, "KernelGPT2LMHeadModel"), config)
+    load_weights(model, to_max_state(reference))
+    next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
+    ids = np.random.default_rng(18).integers(0, GEN["vocab_size"], size=24).tolist()
+    got = [call(next_logits, ids[:end], what=f"the call with {end} tokens") for end in range(5, len(ids) + 1)]
+    with torch.no_grad():
+        expected = reference(torch.tensor([ids])).logits[0, 4:].numpy()
+    assert_close(np.stack(got), expected,
+                 "logits with the Mojo kernel (a prefill of 5, then 19 decode steps) vs GPT2LMHeadModel over all 24")

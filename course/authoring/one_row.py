@@ -1,4 +1,4 @@
-"""A one-op repro for chapter 16: one row times a weight matrix, three ways, each compiled alone.
+"""A one-op repro for chapter 16: one row times a weight matrix, four ways, each compiled alone.
 
     python -m course.authoring.one_row                 # the head, [50257, 768]
     python -m course.authoring.one_row --rows 3072     # c_fc's shape
@@ -10,7 +10,7 @@ a NumPy sum over the same bytes give the machine's own reference. A weight that 
 in the processor's cache (c_fc's 9.4 MB may) reads faster than memory allows: use the
 head for the memory figure.
 
-A first run compiles three graphs (30-60 s each on 2 cores); later runs load them.
+A first run compiles four graphs (30-60 s each on 2 cores; the Mojo kernel's about 15 s); later runs load them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,16 @@ FORMS = {
     "x @ Wᵀ (step 15's Linear)": lambda F, x, w: x @ w.T,
     "W @ xᵀ (step 16's one_row)": lambda F, x, w: (w @ x.reshape([w.shape[1], 1])).reshape([1, w.shape[0]]),
     "(W * x).sum(-1) (fused)": lambda F, x, w: F.sum(w * x, axis=-1).reshape([1, w.shape[0]]),
+    "Mojo kernel (one_row_kernel)": lambda F, x, w: _step16().one_row_kernel(x, w),
 }
+
+
+def _step16():
+    """The solution of step 16, whose given one_row_kernel calls the course's Mojo kernel."""
+    from course.outline import SOLUTIONS
+    from course.programs.generate import import_steps
+
+    return import_steps("solutions", SOLUTIONS, [16])[16]
 
 
 def timed(fn, calls: int) -> float:

@@ -1,4 +1,4 @@
-"""``pixi run bench``: decode speed of Hugging Face, ours without a cache, with the KV cache, and with step 16's decode graph.
+"""``pixi run bench``: decode speed of Hugging Face, ours without a cache, with the KV cache, and with step 16's decode graph (and its Mojo kernel).
 
     pixi run bench                         # GPT-2 small's sizes, random weights, 3 rounds
     pixi run bench --new-tokens 512 --rounds 5 --json
@@ -71,11 +71,11 @@ from course.programs.generate import QUANTIZE
 from course.outline import ROOT, SOLUTIONS
 
 PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)",
-         "decode": "ours, decode graph (step 16)"}
+         "decode": "ours, decode graph (step 16)", "kernel": "ours, decode graph, Mojo kernel (step 16)"}
 PATHS |= {f"cache_{name}": f"ours, decode graph, {name} weights" for name in QUANTIZE}
 PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
 #: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
-PEERS = {"cache": "llama_f32", "decode": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
+PEERS = {"cache": "llama_f32", "decode": "llama_f32", "kernel": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
 #: The paths of Part II's Llama, and their labels.
 LLAMA_PATHS = {"hf": PATHS["hf"], "no_cache": "ours, no cache (steps 13, 22)", "cache": "ours, KV cache (step 24)"}
 err = Console(stderr=True, highlight=False)
@@ -192,7 +192,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
 
         check(quantize, config, device)
     next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize,
-                                decode=path == "decode" or quantize is not None)
+                                decode=path in ("decode", "kernel") or quantize is not None, kernel=path == "kernel")
     result = {"compile_s": time.perf_counter() - started}
     kwargs = dict(n_positions=context(config), temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
@@ -245,7 +245,7 @@ def _median(runs: list[dict]) -> dict:
 
 def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
-    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
+    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
     colors |= {"llama_f32": "#5f6368", "llama_q4_0": "#81c995", "llama_q4_k": "#c58af9", "llama_q6_k": "#f28b82"}
     curves = {}
     for path, r in results.items():
@@ -294,7 +294,7 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
     the memory limit (``bandwidth`` / bytes) as a line: the roofline of chapter 16, as a plain SVG."""
     import math
 
-    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b"}
+    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40"}
     colors |= {f"cache_{name}": "#1a73e8" for name in QUANTIZE} | {p: "#5f6368" for p in results if p.startswith("llama_")}
     points = {path: (bytes_read(path, config) / 1e6, r["decode_tok_s"]) for path, r in results.items()}
     width, height, pad = 680, 460, 60
@@ -376,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         from course.programs.generate import import_steps
 
         bandwidth = import_steps("solutions", SOLUTIONS, [16])[16].measure_bandwidth()
-    paths = ["hf", "no_cache", "cache", "decode", *(f"cache_{name}" for name in args.quantize)]
+    paths = ["hf", "no_cache", "cache", "decode", *(["kernel"] if args.device == "cpu" else []),
+             *(f"cache_{name}" for name in args.quantize)]
     from course.programs import llama
 
     family = "gpt2"
@@ -416,6 +417,14 @@ def main(argv: list[str] | None = None) -> int:
             paths += ["llama_f32", *(f"llama_{name}" for name in args.quantize)]
         if args.paths:
             paths = [path for path in paths if path == "hf" or path in args.paths]
+        if "kernel" in paths:
+            from course.runtime import KernelError, kernels
+
+            try:
+                kernels()  # compiled once here, not in each round's worker
+            except KernelError as error:
+                paths.remove("kernel")
+                err.print(f"[dim]No Mojo kernel path: {error}.[/]")
         runs = _run_all(paths, args, model, labels)
         config = import_steps_config(model) if args.roofline else None  # before the scratch folder goes
     results = {path: _median(r) for path, r in runs.items()}

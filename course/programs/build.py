@@ -58,13 +58,15 @@ def load(steps: dict[int, object], model: str, family: str = "gpt2"):
 
 
 def compile_model(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None = None,
-                  decode: bool = False):
+                  decode: bool = False, kernel: bool = False):
     """Step 11's model (or step 15's cached one, or with ``decode`` step 16's) with the checkpoint's
     weights, compiled into ``next_logits(ids) -> [vocab_size]``.
 
     ``decode``: step 16's model and runner: a decode graph that multiplies each weight by
     one row as ``W @ xᵀ`` and reads a cache allocated once. With ``quantize`` too, its
     Linear layers and head are the quantized ones, and only the cache is step 16's.
+    ``kernel`` (with ``decode``, float32, on the CPU): every one-row product by the course's
+    Mojo kernel (step 16's ``KernelGPT2LMHeadModel``).
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
@@ -74,8 +76,11 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
 
     config, state = pretrained.config, pretrained.state
     if family_of(config) == "llama":
-        return _compile_llama(steps, pretrained, device, cached, quantize, decode)
-    model_class = steps[16].DecodeGPT2LMHeadModel if decode else (
+        return _compile_llama(steps, pretrained, device, cached, quantize, decode or kernel)
+    if kernel and (quantize or not decode or device.label != "cpu"):
+        raise ValueError("the Mojo kernel serves step 16's decode graph in float32 on the CPU, not "
+                         f"quantize={quantize!r}, decode={decode} on {device.label}")
+    model_class = steps[16].KernelGPT2LMHeadModel if kernel else steps[16].DecodeGPT2LMHeadModel if decode else (
         steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel)
     with F.lazy():
         model = model_class(config)

@@ -1,0 +1,87 @@
+# One row times a weight matrix, y = x @ Wᵀ for x [1, K] and W [N, K]: chapter 16's
+# product at the memory limit, written as a MAX custom op.
+#
+# A decode step multiplies every weight matrix by a single row, so each weight is read
+# once and used for one multiply-add: the product waits on memory, not on arithmetic.
+# This kernel does only what that needs: each core takes one contiguous band of W's
+# rows, reads it front to back (four rows at a time, 16 floats a load), and asks for
+# the next rows' cache lines before it needs them. MAX's own products do more work
+# around the same pass (a matmul tiles for many rows; a fused multiply and sum
+# recomputes whatever produced x), and inside the model they read memory slower.
+
+import extensibility as compiler
+from extensibility import InputTensor, OutputTensor
+from max.algorithm import sync_parallelize
+from max.gpu.host import DeviceContext
+from std.sys.info import num_physical_cores
+from std.sys.intrinsics import PrefetchOptions, prefetch
+
+# ANCHOR: kernel
+comptime WIDTH = 16  # float32s per load: one 64-byte cache line, one AVX-512 register
+comptime AHEAD = 8  # rows ahead that the prefetch asks for: two groups of four
+
+
+@compiler.register("one_row")
+struct OneRow:
+    @staticmethod
+    def execute[target: StaticString](
+        y: OutputTensor[dtype=DType.float32, rank=2, ...],
+        x: InputTensor[dtype=DType.float32, rank=2, ...],
+        w: InputTensor[dtype=DType.float32, rank=2, ...],
+        ctx: DeviceContext,
+    ) raises:
+        comptime if target != "cpu":
+            raise Error("one_row is a CPU kernel; on a GPU the course keeps MAX's product")
+        var n = w.dim_size(0)
+        var k = w.dim_size(1)
+        var out = y.unsafe_ptr()
+        var row = x.unsafe_ptr()
+        var weights = w.unsafe_ptr()
+        var cores = num_physical_cores()
+        var whole = k - k % WIDTH  # the columns that fill whole loads; the rest one at a time
+
+        def band(core: Int) {imm}:
+            var r = n * core // cores
+            var end = n * (core + 1) // cores
+            while r + 4 <= end:  # four rows at a time: four sums in flight, x loaded once
+                var p = weights + r * k
+                var s0 = SIMD[DType.float32, WIDTH](0)
+                var s1 = SIMD[DType.float32, WIDTH](0)
+                var s2 = SIMD[DType.float32, WIDTH](0)
+                var s3 = SIMD[DType.float32, WIDTH](0)
+                for c in range(0, whole, WIDTH):
+                    comptime for ahead in range(AHEAD, AHEAD + 4):
+                        prefetch[PrefetchOptions().for_read().low_locality()](p + ahead * k + c)
+                    var xs = row.load[width=WIDTH](c)
+                    s0 += p.load[width=WIDTH](c) * xs
+                    s1 += p.load[width=WIDTH](k + c) * xs
+                    s2 += p.load[width=WIDTH](2 * k + c) * xs
+                    s3 += p.load[width=WIDTH](3 * k + c) * xs
+                var t0 = s0.reduce_add()
+                var t1 = s1.reduce_add()
+                var t2 = s2.reduce_add()
+                var t3 = s3.reduce_add()
+                for c in range(whole, k):
+                    var xc = row.load(c)
+                    t0 += p.load(c) * xc
+                    t1 += p.load(k + c) * xc
+                    t2 += p.load(2 * k + c) * xc
+                    t3 += p.load(3 * k + c) * xc
+                out.store(r, t0)
+                out.store(r + 1, t1)
+                out.store(r + 2, t2)
+                out.store(r + 3, t3)
+                r += 4
+            while r < end:  # the last rows of the band, one at a time
+                var p = weights + r * k
+                var s = SIMD[DType.float32, WIDTH](0)
+                for c in range(0, whole, WIDTH):
+                    s += p.load[width=WIDTH](c) * row.load[width=WIDTH](c)
+                var t = s.reduce_add()
+                for c in range(whole, k):
+                    t += p.load(c) * row.load(c)
+                out.store(r, t)
+                r += 1
+
+        sync_parallelize(band, cores)
+# ANCHOR_END: kernel
