@@ -216,7 +216,7 @@ class KernelError(RuntimeError):
 def kernels() -> Path:
     """The course's Mojo kernels (``course/kernels/*.mojo``) as one compiled package, for MAX's custom ops.
 
-    Compiled once with ``mojo precompile`` (the compiler that ``max`` brings, about 5 s) into
+    Compiled once with ``mojo precompile`` (the compiler that ``max`` brings, about 3 s) into
     ``course-kernels/<digest>/kernels.mojoc`` beside MAX's cache, named by a digest of the
     sources and the compiler's version; later calls and processes load that file. (Handed
     the source folder instead, MAX recompiles it for every op that names it.)

@@ -259,7 +259,8 @@ def test_bench_reports_perplexities(reference):
     """`bench --model course --quantize q4_0 q4_k q6_k --json`: float32's perplexity equals Hugging Face's on the same
     tokens; each format's is close to float32's, not a broken model's"""
     result = program("--model", "course", "--rounds", "1", "--new-tokens", "4", "--eval-tokens", "192",
-                     "--quantize", "q4_0", "q4_k", "q6_k", "--json", module="course.programs.bench")
+                     "--quantize", "q4_0", "q4_k", "q6_k", "--paths", "cache", "cache_q4_0", "cache_q4_k", "cache_q6_k",
+                     "--json", module="course.programs.bench")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     hf, fp32 = out["hf"]["perplexity"], out["cache"]["perplexity"]
