@@ -130,8 +130,8 @@ def graph_file(graph, folder: Path, host: str) -> Path:
     its printed body (every op, shape and constant) and of ``host``."""
     text = repr(graph)
     body = re.sub(r"_kernel_library_paths = \[[^\]]*\]", "", text)
-    kernels = sorted(set(re.findall(rf"{KERNELS}/[0-9a-f]+", text)))  # the course's kernels, named by their source
-    digest = hashlib.sha256(f"{host}\n{body}{kernels or ''}".encode()).hexdigest()[:24]
+    libraries = sorted(set(re.findall(rf"{KERNELS}/[0-9a-f]+", text)))  # the course's kernels, named by their source
+    digest = hashlib.sha256(f"{host}\n{body}{libraries or ''}".encode()).hexdigest()[:24]
     return folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', graph.name)[:60]}-{digest}.mef"
 
 
