@@ -48,6 +48,20 @@ def step(request):
     return harness.load_step(number, config.getoption("target"), config.getoption("steps_dir").resolve())
 
 
+@pytest.fixture
+def mojo_kernels():
+    """The course's Mojo kernels, compiled (once); the check skips, saying why, where there is no Mojo
+    compiler at all (pip's max brings one, mojo-compiler; a conda environment may not)."""
+    from course.runtime import KernelError, kernels
+
+    try:
+        return kernels()
+    except KernelError as error:
+        if "no `mojo`" not in str(error):
+            raise
+        pytest.skip(f"{error}; with pixi: `pixi add modular`")
+
+
 @pytest.fixture(autouse=True)
 def _measure():
     harness.measured.clear()

@@ -9,6 +9,11 @@
   against NumPy's ``x @ dequantized(W).T + b``. The one difference left is that
   MAX rounds the activations to 8 bits: the largest |Δ| measured is 0.34% (q4_0),
   0.40% (q4_k) and 0.41% (q6_k) of the largest output (bound 3%).
+* The course's Mojo kernel for q6_k (``course/kernels/q6_k.mojo``, step 16's decode
+  graph): one row through ``QuantizedLinear(kernel=True)`` ([1, 1, 512] in, 70 rows,
+  an all-zero row, a row with one block of zeros, a group of x rounding to zero)
+  against the same NumPy product: 0.42% (bound 3%); and against MAX's qmatmul, which
+  rounds x the same way: 9.7e-08 of the largest output (bound 1e-5).
 * The whole model, through the programs' road (``course.programs.build``): step
   15's cached model with q4_0 weights (a prefill of 8 tokens, then 32
   single-token steps) against Hugging Face's GPT-2 whose matrices and head hold
@@ -31,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from course.programs.generate import KERNEL_QUANTIZE
 from course.programs.generate import QUANTIZE as FORMATS
 from harness import solution
 from reference import GEN, rounded_logits, to_max_state
@@ -108,6 +114,36 @@ def test_quantized_linear_matches_numpy(name, linear_case):
     worst = float(np.abs(got - expected).max() / np.abs(expected).max())
     print(f"{name}: largest |Δ| = {worst:.2%} of the largest output (bound 3%)")
     assert worst <= 0.03, f"{name}: QuantizedLinear vs x @ dequantized(W).T + b: largest |Δ| is {worst:.1%} of the largest output"
+
+
+@pytest.mark.parametrize("name", KERNEL_QUANTIZE)
+def test_the_mojo_kernel_matches_numpy(name, mojo_kernels):
+    """QuantizedLinear with the course's Mojo kernel (one row, in a compiled graph) gives x @ W.T + b for the weights
+    the blocks stand for, as MAX's qmatmul does (both round x to 8 bits), with a row that is all zero and rows of
+    a block each; 70 rows, padded to 96, split between the cores"""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.tensor import Tensor, TensorType
+
+    from course.programs.quantize import QuantizedLinear, dequantize_rows, quantize_rows
+    rng = np.random.default_rng(16)
+    weight = (rng.standard_normal((70, 512)) * 0.05).astype(np.float32)
+    weight[3] = 0.0
+    weight[5, 256:] = 0.0  # the second block of a row only
+    bias = rng.standard_normal(70).astype(np.float32)
+    x = rng.standard_normal((1, 1, 512)).astype(np.float32)
+    x[..., 256:272] = 0.0  # a group of x that rounds to nothing
+    expected = x @ dequantize_rows(quantize_rows(weight, name), name).T + bias
+    got = {}
+    for kernel in (True, False):
+        run = QuantizedLinear(weight, bias, name, kernel).compile(TensorType(DType.float32, list(x.shape), CPU()))
+        got[kernel] = np.asarray(run(Tensor.from_dlpack(x)).to_numpy())
+    assert got[True].shape == expected.shape, f"{name}: shape {got[True].shape}, expected {expected.shape}"
+    worst = float(np.abs(got[True] - expected).max() / np.abs(expected).max())
+    apart = float(np.abs(got[True] - got[False]).max() / np.abs(expected).max())
+    print(f"{name}: the kernel's largest |Δ| = {worst:.2%} of the largest output (bound 3%); from qmatmul's {apart:.2e}")
+    assert worst <= 0.03, f"{name}: the Mojo kernel vs x @ dequantized(W).T + b: largest |Δ| is {worst:.1%} of the largest output"
+    assert apart <= 1e-5, f"{name}: the Mojo kernel vs MAX's qmatmul: largest |Δ| is {apart:.2e} of the largest output"
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +240,8 @@ def test_refusals_name_the_reason():
 
 
 def test_the_mojo_kernel_is_refused_where_it_does_not_serve(small_model):
-    """compile_model's kernel=True with --quantize, without step 16's decode graph, or on a GPU: a ValueError naming it"""
+    """compile_model's kernel=True with a format it has no kernel for, without step 16's decode graph, or on a GPU:
+    a ValueError naming it"""
     from course.programs.build import compile_model
 
     _, steps, pretrained = small_model
@@ -216,6 +253,6 @@ def test_the_mojo_kernel_is_refused_where_it_does_not_serve(small_model):
     for options, device, said in [(dict(quantize="q4_0", decode=True), "cpu", r"quantize='q4_0', decode=True on cpu"),
                                   (dict(decode=False), "cpu", r"quantize=None, decode=False on cpu"),
                                   (dict(decode=True), "gpu", r"quantize=None, decode=True on gpu")]:
-        with pytest.raises(ValueError, match=r"the Mojo kernel serves step 16's decode graph in float32 on the CPU, "
-                                             rf"not {said}"):
+        with pytest.raises(ValueError, match=r"the Mojo kernels serve step 16's decode graph in float32 and q6_k on "
+                                             rf"the CPU, not {said}"):
             compile_model(steps, pretrained, Device(device), cached=True, kernel=True, **options)

@@ -275,21 +275,8 @@ def test_cache_holds_the_keys_and_values_written_in_place(step):
 # --- given code: the same products by the course's Mojo kernel -------------------------------
 
 
-def _mojo_or_skip() -> None:
-    """Compiles the course's kernels (once); skips, saying why, where there is no Mojo compiler at all
-    (pip's max brings one, mojo-compiler; a conda environment may not)."""
-    from course.runtime import KernelError, kernels
-
-    try:
-        kernels()
-    except KernelError as error:
-        if "no `mojo`" not in str(error):
-            raise
-        pytest.skip(f"{error}; with pixi: `pixi add modular`")
-
-
 @pytest.mark.parametrize("shape", [(67, 70), (192, 64)], ids=["W [67, 70]", "W [192, 64]"])
-def test_mojo_kernel_equals_x_times_w_transposed(step, shape):
+def test_mojo_kernel_equals_x_times_w_transposed(step, shape, mojo_kernels):
     """the Mojo kernel (one_row_kernel, given code) equals x @ Wᵀ, leftover rows and columns included
 
     67 rows = 16 groups of four + 3; 70 columns = 4 loads of 16 + 6. Compiled with W, as in the model."""
@@ -300,7 +287,6 @@ def test_mojo_kernel_equals_x_times_w_transposed(step, shape):
 
     from course.runtime import from_numpy, to_numpy
 
-    _mojo_or_skip()
     out_dim, in_dim = shape
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal((1, 1, in_dim), dtype=np.float32)
@@ -320,11 +306,10 @@ def test_mojo_kernel_equals_x_times_w_transposed(step, shape):
     assert_close(got, x @ w.T, f"the Mojo kernel vs x @ Wᵀ (W [{out_dim}, {in_dim}])")
 
 
-def test_mojo_kernel_model_matches_the_whole_sequence(step):
+def test_mojo_kernel_model_matches_the_whole_sequence(step, mojo_kernels):
     """with the Mojo kernel (KernelGPT2LMHeadModel), through both graphs, the logits equal GPT2LMHeadModel's
 
     Every one-row product and the head by the kernel; a prefill of 5 tokens, then 19 decode steps."""
-    _mojo_or_skip()
     reference = generation_model()
     config = solution(1).GPT2Config.from_hf(reference.config)
     model = build(attribute(step, "KernelGPT2LMHeadModel"), config)

@@ -3,6 +3,7 @@
     python -m course.authoring.op_profile                   # step 16's decode graph, GPT-2 small's sizes
     python -m course.authoring.op_profile --path cache      # step 15's graph
     python -m course.authoring.op_profile --model DIR       # another GPT-2 checkpoint folder
+    python -m course.authoring.op_profile --quantize q6_k [--kernel]   # q6_k weights (MAX's qmatmul, or the course's kernel)
 
 MAX 26.7's pip package has no CPU profiler a course can read. Its runtime does log every
 op it launches and completes, when the graph is compiled with MAX's op log level at
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EVENT = re.compile(r"\[OP\] (LAUNCH|COMPLETE) (.*) \[id=(\d+)\]")
 #: What the op names say, in words, first match wins.
 KINDS = [
-    ("the head and the layers' products (matmul)", re.compile(r"matmul", re.I)),
+    ("the head and the layers' products (matmul)", re.compile(r"matmul|one_row", re.I)),
     ("concat (step 15: the cache, copied; step 16: the scores)", re.compile(r"concat", re.I)),
     ("softmax", re.compile(r"softmax", re.I)),
     ("layer norms, GELU, adds (fused elementwise)", re.compile(r"elementwise|foreach", re.I)),
@@ -44,7 +45,7 @@ KINDS = [
 ]
 
 
-def child(path: str, model: str, tokens: int) -> None:
+def child(path: str, model: str, tokens: int, quantize: str | None = None, kernel: bool = False) -> None:
     """Compiles ``path``'s graph with the op log on, and decodes, marking each step on stdout."""
     from course import runtime
 
@@ -56,7 +57,8 @@ def child(path: str, model: str, tokens: int) -> None:
     pretrained = load(steps, model)
     from max.driver import CPU
 
-    next_logits = compile_model(steps, pretrained, CPU(), cached=True, decode=path == "decode")
+    next_logits = compile_model(steps, pretrained, CPU(), cached=True, decode=path == "decode",
+                                quantize=quantize, kernel=kernel)
     ids = list(range(100, 112))
     kwargs = dict(n_positions=pretrained.config.n_positions, temperature=0.0)
     list(steps[13].generate(next_logits, ids, 4, **kwargs))  # compiles step 16's decode graph, warms up
@@ -113,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="a GPT-2 checkpoint folder (default: bench's random GPT-2 small)")
     parser.add_argument("--tokens", type=int, default=24, help="decode steps to log")
     parser.add_argument("--top", type=int, default=12, help="op names to list")
+    parser.add_argument("--quantize", choices=("q4_0", "q4_k", "q6_k"), help="the quantized model's graph")
+    parser.add_argument("--kernel", action="store_true", help="step 16's graph with the course's Mojo kernel")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.path, args.model, args.tokens)
+        child(args.path, args.model, args.tokens, args.quantize, args.kernel)
         return 0
 
     with tempfile.TemporaryDirectory(prefix="op-profile-") as scratch:
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             model = str(random_checkpoint(Path(scratch) / "random-gpt2"))
         command = [sys.executable, "-u", "-m", "course.authoring.op_profile", "--child", "--path", args.path,
                    "--model", model, "--tokens", str(args.tokens)]
+        command += ["--quantize", args.quantize] if args.quantize else []
+        command += ["--kernel"] if args.kernel else []
         env = {**os.environ, "MODULAR_MAX_DEBUG_OP_LOG_LEVEL": "TRACE"}
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -145,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     label = "step 16's decode graph" if args.path == "decode" else "step 15's cached graph"
+    label += f", {args.quantize} weights" if args.quantize else ""
+    label += ", the course's Mojo kernel" if args.kernel else ""
     print(f"$ python -m course.authoring.op_profile --path {args.path} --tokens {args.tokens}"
-          + (f" --model {args.model}" if args.model else ""))
+          + (f" --model {args.model}" if args.model else "") + (f" --quantize {args.quantize}" if args.quantize else "")
+          + (" --kernel" if args.kernel else ""))
     print(f"{label}, {len(steps)} logged decode steps, medians; a logged step takes {1000 * whole:.1f} ms")
     kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for name in names:

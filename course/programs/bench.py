@@ -37,7 +37,9 @@ checkpoint as a peer: written as GGUF, float32 and each ``--quantize`` format
 ids and thread count; a "× llama.cpp" column compares ours with it, format for format.
 
 ``--quantize`` adds step 16's model and cache with its weights in GGUF block formats
-(``course.programs.quantize``), one path per format. Its accuracy cost is measured once,
+(``course.programs.quantize``), one path per format, with MAX's ``qmatmul``; for q6_k, on
+the CPU, a second path runs its single rows through the course's Mojo kernel
+(``course/kernels/q6_k.mojo``). Its accuracy cost is measured once,
 in the first round, on held-out text (the checkpoint's ``heldout.txt``, else the
 course model's: the tenth of each chapter it never trained on): every next token
 of ``--eval-tokens`` tokens is scored by float32 and by the format, giving each
@@ -67,15 +69,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from course.programs.generate import QUANTIZE
+from course.programs.generate import KERNEL_QUANTIZE, QUANTIZE
 from course.outline import ROOT, SOLUTIONS
 
 PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)",
          "decode": "ours, decode graph (step 16)", "kernel": "ours, decode graph, Mojo kernel (step 16)"}
 PATHS |= {f"cache_{name}": f"ours, decode graph, {name} weights" for name in QUANTIZE}
+PATHS |= {f"kernel_{name}": f"ours, decode graph, Mojo kernel, {name}" for name in KERNEL_QUANTIZE}
 PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
 #: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
 PEERS = {"cache": "llama_f32", "decode": "llama_f32", "kernel": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
+PEERS |= {f"kernel_{name}": f"llama_{name}" for name in KERNEL_QUANTIZE}
 #: The paths of Part II's Llama, and their labels.
 LLAMA_PATHS = {"hf": PATHS["hf"], "no_cache": "ours, no cache (steps 13, 22)", "cache": "ours, KV cache (step 24)"}
 err = Console(stderr=True, highlight=False)
@@ -181,7 +185,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
     family = build.family(model)
     steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16] + ([17, 22, 23, 24] if family == "llama" else []))
     gen = steps[13]
-    quantize = path.removeprefix("cache_") if path.startswith("cache_") else None
+    quantize = path.split("_", 1)[1] if path.startswith(("cache_", "kernel_")) else None
     device = pick_device(device)
     started = time.perf_counter()
     pretrained = load(steps, model, family)
@@ -192,7 +196,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
 
         check(quantize, config, device)
     next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize,
-                                decode=path in ("decode", "kernel") or quantize is not None, kernel=path == "kernel")
+                                decode=path in ("decode", "kernel") or quantize is not None, kernel=path.startswith("kernel"))
     result = {"compile_s": time.perf_counter() - started}
     kwargs = dict(n_positions=context(config), temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
@@ -246,6 +250,7 @@ def _median(runs: list[dict]) -> dict:
 def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
     colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
+    colors |= {"kernel_q4_0": "#0d652d", "kernel_q6_k": "#a50e0e"}
     colors |= {"llama_f32": "#5f6368", "llama_q4_0": "#81c995", "llama_q4_k": "#c58af9", "llama_q6_k": "#f28b82"}
     curves = {}
     for path, r in results.items():
@@ -280,11 +285,11 @@ def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
 
 def bytes_read(path: str, config) -> float:
     """The bytes of weights one decode step of ``path`` reads (step 16's ``bytes_per_token``): 4 a weight in
-    float32, a format's bits over 8 for ``cache_<format>`` and ``llama_<format>``."""
+    float32, a format's bits over 8 for ``cache_<format>``, ``kernel_<format>`` and ``llama_<format>``."""
     from course.programs.generate import import_steps
     from course.programs.quantize import FORMATS
 
-    fmt = path.split("_", 1)[1] if path.startswith(("cache_", "llama_")) else "f32"
+    fmt = path.split("_", 1)[1] if path.startswith(("cache_", "kernel_", "llama_")) else "f32"
     bits = 32 if fmt == "f32" else FORMATS[fmt][1]
     return import_steps("solutions", SOLUTIONS, [16])[16].bytes_per_token(config, bits / 8)
 
@@ -295,7 +300,8 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
     import math
 
     colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40"}
-    colors |= {f"cache_{name}": "#1a73e8" for name in QUANTIZE} | {p: "#5f6368" for p in results if p.startswith("llama_")}
+    colors |= {f"cache_{name}": "#1a73e8" for name in QUANTIZE} | {f"kernel_{name}": "#004d40" for name in KERNEL_QUANTIZE}
+    colors |= {p: "#5f6368" for p in results if p.startswith("llama_")}
     points = {path: (bytes_read(path, config) / 1e6, r["decode_tok_s"]) for path, r in results.items()}
     width, height, pad = 680, 460, 60
     x_lo, x_hi = min(x for x, _ in points.values()) / 2, max(x for x, _ in points.values()) * 2
@@ -377,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
 
         bandwidth = import_steps("solutions", SOLUTIONS, [16])[16].measure_bandwidth()
     paths = ["hf", "no_cache", "cache", "decode", *(["kernel"] if args.device == "cpu" else []),
-             *(f"cache_{name}" for name in args.quantize)]
+             *(f"cache_{name}" for name in args.quantize),
+             *(f"kernel_{name}" for name in args.quantize if name in KERNEL_QUANTIZE and args.device == "cpu")]
     from course.programs import llama
 
     family = "gpt2"
@@ -417,14 +424,14 @@ def main(argv: list[str] | None = None) -> int:
             paths += ["llama_f32", *(f"llama_{name}" for name in args.quantize)]
         if args.paths:
             paths = [path for path in paths if path == "hf" or path in args.paths]
-        if "kernel" in paths:
+        if kernel_paths := [path for path in paths if path.startswith("kernel")]:
             from course.runtime import KernelError, kernels
 
             try:
                 kernels()  # compiled once here, not in each round's worker
             except KernelError as error:
-                paths.remove("kernel")
-                err.print(f"[dim]No Mojo kernel path: {error}.[/]")
+                paths = [path for path in paths if path not in kernel_paths]
+                err.print(f"[dim]No Mojo kernel paths ({', '.join(kernel_paths)}): {error}.[/]")
         runs = _run_all(paths, args, model, labels)
         config = import_steps_config(model) if args.roofline else None  # before the scratch folder goes
     results = {path: _median(r) for path, r in runs.items()}
@@ -471,8 +478,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f"llama.cpp: llama-cpp-python {peer}, GGUF written from the same checkpoint, quantized by "
                  f"llama_model_quantize with every tensor in the one format (pure). " if peer else "")
               + f"Command: {' '.join(['python -m course.programs.bench', *(argv if argv is not None else sys.argv[1:])])}[/]")
-    if args.quantize:
-        a = next(r["accuracy"] for r in results.values() if "accuracy" in r)
+    if a := next((r["accuracy"] for r in results.values() if "accuracy" in r), None):
         err.print(f"[dim]Every row scores the same {a['steps']} next tokens of held-out text (lower perplexity is better; "
                   f"top-1 and |Δ logit| against float32, whose logits have a standard deviation of {a['logit_std']:.2f}).[/]")
     return 0
@@ -504,7 +510,7 @@ def _run_all(paths: list[str], args, model: str, labels: dict[str, str] = PATHS)
             started = time.perf_counter()
             with err.status(f"round {round_}/{args.rounds}: {labels[path]} (its own process; "
                             "a first MAX run compiles for minutes) …"):
-                scored = round_ == 1 and bool(args.quantize) and (path == "hf" or path.startswith("cache_"))
+                scored = round_ == 1 and bool(args.quantize) and (path == "hf" or path.startswith(("cache_", "kernel_")))
                 run = _run_worker(path, args, model, accuracy=scored)
             runs[path].append(run)
             err.print(f"[dim]round {round_}/{args.rounds}: {labels[path]}: {run['decode_tok_s']:.1f} tok/s "

@@ -65,8 +65,9 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     ``decode``: step 16's model and runner: a decode graph that multiplies each weight by
     one row as ``W @ xᵀ`` and reads a cache allocated once. With ``quantize`` too, its
     Linear layers and head are the quantized ones, and only the cache is step 16's.
-    ``kernel`` (with ``decode``, float32, on the CPU): every one-row product by the course's
-    Mojo kernel (step 16's ``KernelGPT2LMHeadModel``).
+    ``kernel`` (with ``decode``, on the CPU): every one-row product by the course's Mojo
+    kernels: step 16's ``KernelGPT2LMHeadModel`` in float32, ``course/kernels/q6_k.mojo``
+    in q6_k (``course.programs.quantize.KERNELS``); q4_0 and q4_k have none.
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
@@ -77,10 +78,12 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     config, state = pretrained.config, pretrained.state
     if family_of(config) == "llama":
         return _compile_llama(steps, pretrained, device, cached, quantize, decode or kernel)
-    if kernel and (quantize or not decode or device.label != "cpu"):
-        raise ValueError("the Mojo kernel serves step 16's decode graph in float32 on the CPU, not "
-                         f"quantize={quantize!r}, decode={decode} on {device.label}")
-    model_class = steps[16].KernelGPT2LMHeadModel if kernel else steps[16].DecodeGPT2LMHeadModel if decode else (
+    from course.programs.quantize import KERNELS
+
+    if kernel and (quantize not in (None, *KERNELS) or not decode or device.label != "cpu"):
+        raise ValueError(f"the Mojo kernels serve step 16's decode graph in float32 and {' and '.join(KERNELS)} on the "
+                         f"CPU, not quantize={quantize!r}, decode={decode} on {device.label}")
+    model_class = steps[16].KernelGPT2LMHeadModel if kernel and not quantize else steps[16].DecodeGPT2LMHeadModel if decode else (
         steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel)
     with F.lazy():
         model = model_class(config)
@@ -88,7 +91,7 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     if quantize:
         from course.programs.quantize import quantize_model
 
-        swapped = quantize_model(model, state, quantize)
+        swapped = quantize_model(model, state, quantize, kernel)
     model.load_state_dict({name: swapped[name] if name in swapped else runtime.from_numpy(state[name])
                            for name, _ in model.parameters})
     if decode:

@@ -36,6 +36,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: The weight formats of ``--quantize`` (course.programs.quantize.FORMATS has their block sizes).
 QUANTIZE = ("q4_0", "q4_k", "q6_k")
+KERNEL_QUANTIZE = ("q6_k",)  # the formats that the course's Mojo kernels multiply (course/kernels/q6_k.mojo)
 
 #: What the programs need, by step and family: everything up to the weights, and the cache.
 NEEDED = build.NEEDED

@@ -25,6 +25,11 @@ embedding lookups, layer norms and biases stay float32.
 it has no NumPy quantizer for the k-quants, so :func:`quantize_rows` packs those
 itself (round to nearest, without llama.cpp's search for the best scales), and
 the tests unpack them with ``gguf`` to check the bytes.
+
+With ``kernel`` (step 16's decode graph, on the CPU), a single row times a q6_k matrix
+goes instead through the course's own Mojo kernel (``course/kernels/q6_k.mojo``), which
+rounds the row to 8 bits as MAX does and multiplies bytes by bytes with VNNI. (One for
+q4_0 was slower than MAX's own q4_0 product, and was left out: chapter 16.)
 """
 
 from __future__ import annotations
@@ -37,8 +42,12 @@ from max.experimental.nn import Linear, Module
 from max.experimental.tensor import Tensor
 from max.graph.quantization import QuantizationEncoding
 
+from course.programs.generate import KERNEL_QUANTIZE
+
 #: The encodings, with their block width (elements) and bits per weight.
 FORMATS = {"q4_0": (32, 4.5), "q4_k": (256, 4.5), "q6_k": (256, 6.5625)}
+#: The formats that the course's Mojo kernels multiply by a single row (custom ops ``one_row_<format>``).
+KERNELS = KERNEL_QUANTIZE
 ROWS = 32  # MAX's q4_0 kernel needs a multiple of 32 rows; the vocabulary is padded to one
 
 
@@ -140,15 +149,18 @@ def check(name: str, config, device) -> None:
 class QuantizedLinear(Module):
     """``x @ W.T + b`` with W stored in a GGUF block format (rows padded to a multiple of 32)."""
 
-    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, name: str):
-        self.out_dim, self.name = weight.shape[0], name
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, name: str, kernel: bool = False):
+        self.out_dim, self.name, self.kernel = weight.shape[0], name, kernel
         padded = np.zeros((-(-weight.shape[0] // ROWS) * ROWS, weight.shape[1]), np.float32)
         padded[: weight.shape[0]] = weight
         self.weight = Tensor.from_dlpack(quantize_rows(padded, name))  # uint8 blocks
         self.bias = None if bias is None else Tensor.from_dlpack(np.ascontiguousarray(bias, np.float32))
 
     def forward(self, x: Tensor) -> Tensor:
-        y = F.qmatmul(encoding(self.name), None, x, self.weight)  # float32 out
+        if self.kernel and all(size == 1 for size in x.shape[:-1]):  # one row: the course's Mojo kernel
+            y = one_row_kernel(x, self.weight, self.name)
+        else:
+            y = F.qmatmul(encoding(self.name), None, x, self.weight)  # float32 out
         if self.weight.shape[0] != self.out_dim:
             y = y[..., : self.out_dim]  # drop the padding rows
         return y if self.bias is None else y + self.bias
@@ -157,12 +169,27 @@ class QuantizedLinear(Module):
 # ANCHOR_END: qlinear
 
 
-def quantize_model(model, state: dict[str, np.ndarray], name: str) -> dict[str, Tensor]:
+def one_row_kernel(x: Tensor, weight: Tensor, name: str) -> Tensor:
+    """x (one row) times the rows of ``weight`` (``name``'s blocks) by the course's Mojo kernel ``one_row_<name>``."""
+    from max.dtype import DType
+    from max.graph import DeviceRef, TensorType
+
+    from course.runtime import kernels
+
+    rows, width = weight.shape[0], x.shape[-1]
+    device = DeviceRef.from_device(weight.device)
+    (y,) = F.custom(f"one_row_{name}", device, [x.reshape([1, width]), weight],
+                    [TensorType(DType.float32, [1, rows], device)], custom_extensions=kernels())
+    return y.reshape([*x.shape[:-1], rows])
+
+
+def quantize_model(model, state: dict[str, np.ndarray], name: str, kernel: bool = False) -> dict[str, Tensor]:
     """Swaps every ``Linear`` in ``model`` and its ``head`` for quantized ones built from ``state``.
 
     ``state`` holds the checkpoint's float32 weights in MAX's layout and names (step
     14's ``convert``); the head is the tied ``transformer.wte.weight``. Returns the
     new modules' parameters by name, for ``load_state_dict`` to take as they are.
+    ``kernel``: their single rows by the course's Mojo kernel (``name`` in :data:`KERNELS`).
     """
     swapped = {}
     # ANCHOR: swap
@@ -170,11 +197,11 @@ def quantize_model(model, state: dict[str, np.ndarray], name: str) -> dict[str, 
         for attr, child in list(module.children):
             if isinstance(child, Linear):
                 full = f"{path}.{attr}" if path else attr
-                quantized = QuantizedLinear(state[f"{full}.weight"], state.get(f"{full}.bias"), name)
+                quantized = QuantizedLinear(state[f"{full}.weight"], state.get(f"{full}.bias"), name, kernel)
                 setattr(module, attr, quantized)
                 swapped |= {f"{full}.{key}": value for key, value in quantized.parameters}
     # The head (step 11) reads wte as an output matrix; the embedding lookup keeps it in float32.
-    model.head = QuantizedLinear(state["transformer.wte.weight"], None, name)
+    model.head = QuantizedLinear(state["transformer.wte.weight"], None, name, kernel)
     # ANCHOR_END: swap
     return swapped | {f"head.{key}": value for key, value in model.head.parameters}
 

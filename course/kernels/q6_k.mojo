@@ -1,0 +1,134 @@
+# One row times a weight matrix stored in GGUF's q6_k blocks, y = x @ Wᵀ for x [1, K]:
+# chapter 16's one-row product for a quantized format, as a MAX custom op.
+#
+# A quantized decode step still reads every weight once, but a weight is now 6.6 bits,
+# and unpacking it costs about as much as reading it: inside the model MAX's own q6_k
+# product is slower than memory. This kernel does as llama.cpp does: it rounds the row x
+# to 8 bits once (a scale for each block of 256), multiplies bytes by bytes (VNNI's
+# vpdpbusd: 64 products, summed four by four, in one instruction), and applies the
+# weights' scales once for each group of 16 weights, never to each weight.
+# (The same for q4_0 measured slower than MAX's own q4_0 product: chapter 16.)
+
+import extensibility as compiler
+from extensibility import InputTensor, OutputTensor
+from max.algorithm import sync_parallelize
+from max.gpu.host import DeviceContext
+from std.memory import bitcast
+from std.sys import CompilationTarget, llvm_intrinsic
+from std.sys.info import num_physical_cores
+from std.sys.intrinsics import PrefetchOptions, prefetch
+
+comptime AHEAD = 4  # rows ahead that the prefetch asks for
+
+
+@always_inline
+def dot4(q: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
+    """Lane j: q[4j] * x[4j] + … + q[4j + 3] * x[4j + 3], unsigned bytes times signed ones."""
+    comptime if CompilationTarget.has_vnni():  # one instruction, vpdpbusd
+        return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](
+            SIMD[DType.int32, 16](0), q, bitcast[DType.uint8, 64](x))
+    else:  # anywhere else (an ARM Mac, say): the same sums, as plain integer arithmetic
+        var products = q.cast[DType.int32]() * x.cast[DType.int32]()
+        var pairs = products.deinterleave()
+        var fours = (pairs[0] + pairs[1]).deinterleave()
+        return fours[0] + fours[1]
+
+
+struct EightBitRow(Movable):
+    """x rounded to 8 bits as q6_k's partner: a scale for each block of 256 values, and the sum
+    of each group of 16 rounded values (for the + 32 that q6_k stores its weights with)."""
+
+    var values: List[Int8]
+    var scales: List[Float32]
+    var sums: List[Int32]
+
+    def __init__(out self, row: UnsafePointer[Float32, _], k: Int):
+        self.values = List[Int8](length=k, fill=0)
+        self.scales = List[Float32](length=k // 256, fill=0)
+        self.sums = List[Int32](length=k // 16, fill=0)
+        var values = self.values.unsafe_ptr()
+        for b in range(k // 256):
+            var largest = SIMD[DType.float32, 16](0)
+            for i in range(256 * b, 256 * (b + 1), 16):
+                largest = max(largest, abs(row.load[width=16](i)))
+            var top = largest.reduce_max()
+            self.scales[b] = top / 127
+            var inverse = Float32(127) / top if top > 0 else Float32(0)
+            for i in range(256 * b, 256 * (b + 1), 16):
+                var rounded = round(row.load[width=16](i) * inverse).cast[DType.int32]()
+                values.store(i, rounded.cast[DType.int8]())
+                self.sums[i // 16] = rounded.reduce_add()
+
+
+# ANCHOR: q6_k
+@always_inline
+def q6_k_block(p: UnsafePointer[UInt8, _], x: UnsafePointer[Int8, _], sums: UnsafePointer[Int32, _]) -> SIMD[DType.int32, 16]:
+    """One q6_k block (256 weights in 210 bytes) times 256 values of x in 8 bits: 16 lanes whose sum is
+    the dot product, before the block's two scales (the weights' d and x's)."""
+    # The layout: ql [128] (each weight's low 4 bits), qh [64] (its high 2 bits), 16 int8 scales, d.
+    # A half of 128 weights takes 64 bytes of ql and 32 of qh; weight l + 32 m of the half (l < 32)
+    # is ql's low (m = 0, 1) or high (m = 2, 3) nibble of byte l + 32 (m % 2), below qh's bits 2m, 2m + 1 of byte l.
+    var scales = bitcast[DType.int8, 16](p.load[width=16](192))
+    # The bit work runs on 16-bit lanes, two weights a lane (x86 has no 8-bit shifts); the masks
+    # keep each byte's bits apart. The first 32 bytes of a half take qh's bits 0-1 (q0) or 4-5
+    # (q2), the next 32 its bits 2-3 (q1) or 6-7 (q3).
+    comptime shift01 = SIMD[DType.uint16, 16](0).join(SIMD[DType.uint16, 16](2))
+    comptime shift23 = SIMD[DType.uint16, 16](4).join(SIMD[DType.uint16, 16](6))
+    var acc = SIMD[DType.int32, 16](0)
+    comptime for half in range(2):
+        var low = bitcast[DType.uint16, 32](p.load[width=64](64 * half))  # ql: weights 0-63 and 64-127
+        var high32 = p.load[width=32](128 + 32 * half)
+        var high = bitcast[DType.uint16, 32](high32.join(high32))  # qh, twice
+        var q01 = (low & 0x0F0F) | (((high >> shift01) & 0x0303) << 4)  # weights 0-63 of the half, 0 to 63
+        var q23 = ((low >> 4) & 0x0F0F) | (((high >> shift23) & 0x0303) << 4)  # 64-127
+        var x0 = bitcast[DType.int8, 64](x.bitcast[UInt8]().load[width=64](128 * half))
+        var x1 = bitcast[DType.int8, 64](x.bitcast[UInt8]().load[width=64](128 * half + 64))
+        # Lane j of a dot4 sums 4 weights of group j // 4 (16 weights a group): its scale, four times.
+        comptime s = 8 * half
+        var first = scales.shuffle[s, s, s, s, s + 1, s + 1, s + 1, s + 1,
+                                   s + 2, s + 2, s + 2, s + 2, s + 3, s + 3, s + 3, s + 3]()
+        var second = scales.shuffle[s + 4, s + 4, s + 4, s + 4, s + 5, s + 5, s + 5, s + 5,
+                                    s + 6, s + 6, s + 6, s + 6, s + 7, s + 7, s + 7, s + 7]()
+        acc += dot4(bitcast[DType.uint8, 64](q01), x0) * first.cast[DType.int32]()
+        acc += dot4(bitcast[DType.uint8, 64](q23), x1) * second.cast[DType.int32]()
+    # The weights are stored as q + 32: take 32 times each group's sum of x, times its scale, back off.
+    return acc - 32 * scales.cast[DType.int32]() * sums.load[width=16]()
+
+
+@compiler.register("one_row_q6_k")
+struct OneRowQ6K:
+    @staticmethod
+    def execute[target: StaticString](
+        y: OutputTensor[dtype=DType.float32, rank=2, ...],
+        x: InputTensor[dtype=DType.float32, rank=2, ...],
+        w: InputTensor[dtype=DType.uint8, rank=2, ...],
+        ctx: DeviceContext,
+    ) raises:
+        comptime if target != "cpu":
+            raise Error("one_row_q6_k is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
+        var n = y.dim_size(1)
+        var k = x.dim_size(1)
+        var stride = w.dim_size(1)  # bytes a row: K / 256 blocks of 210
+        var row = EightBitRow(x.unsafe_ptr(), k)
+        var values = row.values.unsafe_ptr()
+        var scales = row.scales.unsafe_ptr()
+        var sums = row.sums.unsafe_ptr()
+        var out = y.unsafe_ptr()
+        var weights = w.unsafe_ptr()
+        var cores = num_physical_cores()
+
+        def band(core: Int) {imm}:  # each core one contiguous band of W's rows
+            for r in range(n * core // cores, n * (core + 1) // cores):
+                var p = weights + r * stride
+                var total = SIMD[DType.float32, 16](0)
+                for b in range(k // 256):
+                    var block = p + 210 * b
+                    comptime for line in range(0, 210, 64):
+                        prefetch[PrefetchOptions().for_read().low_locality()](block + AHEAD * stride + line)
+                    var d = (block + 208).bitcast[Float16]().load().cast[DType.float32]() * scales.load(b)
+                    total += q6_k_block(block, values + 256 * b, sums + 16 * b).cast[DType.float32]() * d
+                out.store(r, total.reduce_add())
+
+        sync_parallelize(band, cores)
+        _ = row^  # x's 8 bits live until every core is done
+# ANCHOR_END: q6_k
