@@ -60,8 +60,8 @@ def init_like_gpt2(module, seed: int = 0, std: float = 0.02) -> None:
     module.load_state_dict({name: from_numpy(value) for name, value in state.items()})
 
 
-def random_checkpoint(folder, n_layer: int = 12, seed: int = 0, std: float = 0.02):
-    """Writes GPT-2 small's sizes (``n_layer`` blocks) with GPT-2-style random weights as a checkpoint
+def random_checkpoint(folder, n_layer: int, seed: int = 0, std: float = 0.02):
+    """Writes GPT-2 small's sizes (``n_layer`` blocks: 12 is GPT-2 small) with GPT-2-style random weights as a checkpoint
     folder, as ``save_pretrained`` does, with GPT-2's tokenizer files; returns the folder.
 
     bench times every path on it through the same road as a real checkpoint.

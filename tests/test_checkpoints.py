@@ -306,13 +306,15 @@ def test_a_folder_saved_by_transformers_5_loads(checkpoints, tokenizer_dir, tmp_
 def test_random_weights_take_the_same_road(tmp_path):
     """bench's random checkpoint (GPT-2 small's sizes, GPT-2's initialization) loads through step 14's
     load_pretrained with every check, as a real checkpoint does"""
-    from course.weights import random_checkpoint
+    from course.weights import random_checkpoint, random_weights
 
-    folder = random_checkpoint(tmp_path / "random-gpt2", n_layer=1)
+    folder = random_checkpoint(tmp_path / "random-gpt2", n_layer=1)  # seed 0, bench's
     loaded = solution(14).load_pretrained(str(folder))
     config, state = loaded.config, loaded.state
     assert (config.n_layer, config.n_embd, config.vocab_size) == (1, 768, 50257), config
     assert abs(float(state["transformer.wte.weight"].std()) - 0.02) < 1e-3, "matrices ~ N(0, 0.02²)"
+    seeded = random_weights({"transformer.wte.weight": (50257, 768)}, seed=0, std=0.02)["transformer.wte.weight"]
+    assert np.array_equal(state["transformer.wte.weight"], seeded), "wte is not the first draw of seed 0"
     assert np.all(state["transformer.h.0.ln_1.weight"] == 1) and not state["transformer.h.0.attn.c_attn.bias"].any()
     assert state["transformer.h.0.attn.c_attn.weight"].shape == (2304, 768), "Conv1D weights come back [out, in]"
 

@@ -61,6 +61,7 @@ SUMMARY = ROOT / "book" / "src" / "mutation-summary.txt"
 TARGETS: dict[str, tuple[str, ...]] = {
     "course/checkpoints.py": ("tests/test_checkpoints.py", "tests/test_step_14_pretrained.py",
                               "tests/test_step_23_llama_pretrained.py", "tests/test_step_12_tokenizer.py"),
+    "course/weights.py": ("tests/test_reference.py", "tests/test_checkpoints.py"),
 }
 
 _CK = "course/checkpoints.py"
@@ -116,6 +117,10 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
                                           'loaded = torch.load(path, map_location="cpu", )')},
     **{(_CK, "x__unreachable", "probe = threading.Thread(target=ask, daemon=True)", f"probe = threading.Thread(target=ask, {after})"): _DAEMON
        for after in ("daemon=None", "", "daemon=False")},
+    ("course/weights.py", "x_random_checkpoint",
+     "model.load_state_dict({name: torch.from_numpy(value) for name, value in values.items()}, strict=False)",
+     "model.load_state_dict({name: torch.from_numpy(value) for name, value in values.items()}, strict=None)"):
+        "load_state_dict reads strict as a truth value: None is False, and the tied lm_head is left out alike",
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.

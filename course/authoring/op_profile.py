@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if model is None:
             from course.weights import random_checkpoint
 
-            model = str(random_checkpoint(Path(scratch) / "random-gpt2"))
+            model = str(random_checkpoint(Path(scratch) / "random-gpt2", n_layer=12))
         command = [sys.executable, "-u", "-m", "course.authoring.op_profile", "--child", "--path", args.path,
                    "--model", model, "--tokens", str(args.tokens)]
         command += ["--quantize", args.quantize] if args.quantize else []
