@@ -257,10 +257,11 @@ def test_samples_read_as_english():
 
 def test_bench_reports_perplexities(reference):
     """`bench --model course --quantize q4_0 q4_k q6_k --json`: float32's perplexity equals Hugging Face's on the same
-    tokens; each format's is close to float32's, not a broken model's"""
+    tokens; each format's is close to float32's, not a broken model's; q6_k through the course's Mojo kernel scores
+    as q6_k through MAX's qmatmul (both round x to 8 bits alike)"""
+    paths = ["cache", "cache_q4_0", "cache_q4_k", "cache_q6_k", *(["kernel_q6_k"] if _has_mojo() else [])]
     result = program("--model", "course", "--rounds", "1", "--new-tokens", "4", "--eval-tokens", "192",
-                     "--quantize", "q4_0", "q4_k", "q6_k", "--paths", "cache", "cache_q4_0", "cache_q4_k", "cache_q6_k",
-                     "--json", module="course.programs.bench")
+                     "--quantize", "q4_0", "q4_k", "q6_k", "--paths", *paths, "--json", module="course.programs.bench")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     hf, fp32 = out["hf"]["perplexity"], out["cache"]["perplexity"]
@@ -269,6 +270,26 @@ def test_bench_reports_perplexities(reference):
         q = out[f"cache_{name}"]["perplexity"]
         print(f"{name}: perplexity {q:.3f} (float32 {fp32:.3f}), top-1 agreement {out[f'cache_{name}']['top1_vs_fp32']}")
         assert fp32 * 0.9 < q < fp32 * 1.5, f"{name}'s perplexity {q:.2f} is far from float32's {fp32:.2f}"
+    if "kernel_q6_k" in paths:
+        kernel, qmatmul = out["kernel_q6_k"]["perplexity"], out["cache_q6_k"]["perplexity"]
+        print(f"q6_k through the Mojo kernel: perplexity {kernel:.3f} (through qmatmul {qmatmul:.3f})")
+        assert abs(kernel - qmatmul) <= 0.01 * qmatmul, f"q6_k's perplexity {kernel:.3f} with the kernel, {qmatmul:.3f} without"
+
+
+def _has_mojo() -> bool:
+    """Whether the course's Mojo kernels compile here (pip's max brings mojo; said where it does not)."""
+    from course.runtime import KernelError, kernels
+
+    try:
+        kernels()
+    except KernelError as error:
+        if "no `mojo`" not in str(error):
+            raise
+        import warnings
+
+        warnings.warn(f"bench's kernel_q6_k path left out of the perplexity check: {error}", stacklevel=2)
+        return False
+    return True
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

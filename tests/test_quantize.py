@@ -10,10 +10,10 @@
   MAX rounds the activations to 8 bits: the largest |Δ| measured is 0.34% (q4_0),
   0.40% (q4_k) and 0.41% (q6_k) of the largest output (bound 3%).
 * The course's Mojo kernel for q6_k (``course/kernels/q6_k.mojo``, step 16's decode
-  graph): one row through ``QuantizedLinear(kernel=True)`` ([1, 1, 512] in, 70 rows,
+  graph): one row through ``QuantizedLinear(kernel=True)`` ([1, 1, 512] in, 450 rows,
   an all-zero row, a row with one block of zeros, a group of x rounding to zero)
-  against the same NumPy product: 0.42% (bound 3%); and against MAX's qmatmul, which
-  rounds x the same way: 9.7e-08 of the largest output (bound 1e-5).
+  against the same NumPy product: 0.58% (bound 3%); and against MAX's qmatmul, which
+  rounds x the same way: 1.8e-07 of the largest output (bound 1e-5).
 * The whole model, through the programs' road (``course.programs.build``): step
   15's cached model with q4_0 weights (a prefill of 8 tokens, then 32
   single-token steps) against Hugging Face's GPT-2 whose matrices and head hold
@@ -119,18 +119,18 @@ def test_quantized_linear_matches_numpy(name, linear_case):
 @pytest.mark.parametrize("name", KERNEL_QUANTIZE)
 def test_the_mojo_kernel_matches_numpy(name, mojo_kernels):
     """QuantizedLinear with the course's Mojo kernel (one row, in a compiled graph) gives x @ W.T + b for the weights
-    the blocks stand for, as MAX's qmatmul does (both round x to 8 bits), with a row that is all zero and rows of
-    a block each; 70 rows, padded to 96, split between the cores"""
+    the blocks stand for, as MAX's qmatmul does (both round x to 8 bits), with a row that is all zero and a row
+    zero in one block; 450 rows (more than a row's 420 bytes), padded to 480, split between the cores"""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental.tensor import Tensor, TensorType
 
     from course.programs.quantize import QuantizedLinear, dequantize_rows, quantize_rows
     rng = np.random.default_rng(16)
-    weight = (rng.standard_normal((70, 512)) * 0.05).astype(np.float32)
+    weight = (rng.standard_normal((450, 512)) * 0.05).astype(np.float32)
     weight[3] = 0.0
     weight[5, 256:] = 0.0  # the second block of a row only
-    bias = rng.standard_normal(70).astype(np.float32)
+    bias = rng.standard_normal(450).astype(np.float32)
     x = rng.standard_normal((1, 1, 512)).astype(np.float32)
     x[..., 256:272] = 0.0  # a group of x that rounds to nothing
     expected = x @ dequantize_rows(quantize_rows(weight, name), name).T + bias
@@ -256,3 +256,71 @@ def test_the_mojo_kernel_is_refused_where_it_does_not_serve(small_model):
         with pytest.raises(ValueError, match=r"the Mojo kernels serve step 16's decode graph in float32 and q6_k on "
                                              rf"the CPU, not {said}"):
             compile_model(steps, pretrained, Device(device), cached=True, kernel=True, **options)
+
+
+# --- bench's accuracy columns: the held-out windows and the scores (course.programs.quantize) ------------
+
+
+class _Characters:
+    """A tokenizer with one token a character (its code point), so that windows are easy to count."""
+
+    @staticmethod
+    def encode(text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+
+def test_held_out_windows_cover_the_tokens_asked_for(tmp_path):
+    """held_out: windows of at most min(n_positions, 256) tokens, each predicting all but its first, together
+    exactly `tokens` predictions, spread evenly over the checkpoint's own heldout.txt"""
+    from course.programs.quantize import held_out
+
+    text = "".join(chr(256 + i) for i in range(2000))  # every character a different token
+    (tmp_path / "heldout.txt").write_text(text, encoding="utf-8")
+    ids = _Characters.encode(text)
+    for n_positions, tokens in [(64, 200), (1024, 600), (64, 63), (1024, 5)]:
+        windows = held_out(tmp_path, _Characters, n_positions, tokens)
+        length = min(n_positions, 256)
+        predicted = sum(len(w) - 1 for w in windows)
+        assert predicted == tokens, f"n_positions {n_positions}, {tokens} tokens: the windows predict {predicted}"
+        assert all(2 <= len(w) <= length for w in windows), [len(w) for w in windows]
+        starts = [ids.index(w[0]) for w in windows]
+        assert all(ids[s:s + len(w)] == w and s % length == 0 for s, w in zip(starts, windows)), starts
+        assert starts == sorted(set(starts)) and starts[0] == 0, f"windows not in order from the start: {starts}"
+        if len(windows) > 2:  # spread: the last window starts past the middle of the text
+            assert starts[-1] > len(ids) // 2, f"windows bunched at the start: {starts}"
+
+
+def test_held_out_falls_back_to_the_course_models_text(tmp_path):
+    """a checkpoint without heldout.txt is scored on the course model's held-out text"""
+    from course.outline import COURSE_MODEL
+    from course.programs.quantize import held_out
+
+    windows = held_out(tmp_path, _Characters, 1024, 300)
+    expected = _Characters.encode((COURSE_MODEL / "heldout.txt").read_text(encoding="utf-8"))
+    assert windows[0] == expected[: len(windows[0])], "the first window is not the course model's held-out text"
+
+
+def test_compare_scores_agreement_error_and_perplexity():
+    """compare: top-1 agreement, the largest |Δ logit|, float32's spread and both perplexities, by hand on
+    two models whose logits are known"""
+    from course.programs.quantize import compare, log_probs
+
+    table = np.random.default_rng(3).standard_normal((10, 7)).astype(np.float32)
+    reference = lambda ids: table[len(ids)]  # noqa: E731
+    nudged = table.copy()
+    nudged[2] = nudged[2] - 4.0 * (nudged[2] == nudged[2].max())  # step 2's top token drops: top-1 differs there
+    nudged[5] += 0.25  # a shift leaves softmax (and the top token) unchanged, but not the logits
+    quantized = lambda ids: nudged[len(ids)]  # noqa: E731
+    windows = [[0, 1, 2, 3, 4], [6, 5, 4]]  # predicts 4 + 2 tokens, after prefixes of lengths 1-4 and 1-2
+    got = compare(reference, quantized, windows)
+    steps = [(1, 1), (2, 2), (3, 3), (4, 4), (1, 5), (2, 4)]  # (prefix length, the token it predicts)
+    nll = [-log_probs(table[n])[t] for n, t in steps]
+    nll_q = [-log_probs(nudged[n])[t] for n, t in steps]
+    assert got["steps"] == 6 and got["top1"] == pytest.approx(4 / 6), got  # prefix length 2 twice: both differ
+    assert got["max_abs_err"] == pytest.approx(4.0), got
+    assert got["logit_std"] == pytest.approx(np.mean([table[n].std() for n, _ in steps]), rel=1e-6), got
+    assert got["perplexity_fp32"] == pytest.approx(np.exp(np.mean(nll))), got
+    assert got["perplexity"] == pytest.approx(np.exp(np.mean(nll_q))), got
+    big = np.array([1000.0, 0.0], dtype=np.float32)
+    assert np.allclose(log_probs(big), [0.0, -1000.0]), f"log_probs is not stable for large logits: {log_probs(big)}"
+    assert log_probs(big).dtype == np.float64

@@ -250,7 +250,7 @@ def _median(runs: list[dict]) -> dict:
 def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
     colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
-    colors |= {"kernel_q4_0": "#0d652d", "kernel_q6_k": "#a50e0e"}
+    colors |= {"kernel_q6_k": "#a50e0e"}
     colors |= {"llama_f32": "#5f6368", "llama_q4_0": "#81c995", "llama_q4_k": "#c58af9", "llama_q6_k": "#f28b82"}
     curves = {}
     for path, r in results.items():
