@@ -237,6 +237,13 @@ def test_refusals_name_the_reason():
     with pytest.raises(ValueError, match="must be one of q4_0, q4_k, q6_k"):
         check("q8_0", config, Device("cpu"))
     check("q4_0", config, Device("cpu"))  # 64 and 256 are multiples of 32
+    check("q4_0", config, object())  # a device without a label (a stand-in) counts as the CPU
+    odd = solution(1).GPT2Config(**(GEN | {"n_embd": 48, "n_head": 4}))  # 48 wide; the MLP 192
+    with pytest.raises(ValueError, match=r"--quantize q4_0 needs widths that are multiples of 32; n_embd is 48$"):
+        check("q4_0", odd, Device("cpu"))  # q4_0's own refusal gives no hint about q4_0
+    inner = solution(1).GPT2Config(**(GEN | {"n_embd": 256, "n_head": 4, "n_inner": 800}))
+    with pytest.raises(ValueError, match=r"multiples of 256; the MLP's inner width is 800 \(q4_0 needs"):
+        check("q6_k", inner, Device("cpu"))
 
 
 def test_the_mojo_kernel_is_refused_where_it_does_not_serve(small_model):
