@@ -35,8 +35,8 @@ def dot4(q: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32,
 
 
 struct EightBitRow(Movable):
-    """x rounded to 8 bits as q6_k's partner: a scale for each block of 256 values, and the sum
-    of each group of 16 rounded values (for the + 32 that q6_k stores its weights with)."""
+    """The row x rounded to 8 bits as q6_k's partner: a scale for each block of 256 values, and
+    the sum of each group of 16 rounded values (for the + 32 that q6_k stores its weights with)."""
 
     var values: List[Int8]
     var scales: List[Float32]
