@@ -212,6 +212,10 @@ class KernelError(RuntimeError):
     """The course's Mojo kernels could not be compiled here (no ``mojo``, or a compile error)."""
 
 
+class NoMojoError(KernelError):
+    """There is no Mojo compiler here at all (a compile error is a plain :class:`KernelError`)."""
+
+
 @functools.cache
 def kernels() -> Path:
     """The course's Mojo kernels (``course/kernels/*.mojo``) as one compiled package, for MAX's custom ops.
@@ -220,7 +224,7 @@ def kernels() -> Path:
     ``course-kernels/<digest>/kernels.mojoc`` beside MAX's cache, named by a digest of the
     sources and the compiler's version; later calls and processes load that file. (Handed
     the source folder instead, MAX recompiles it for every op that names it.)
-    Raises :class:`KernelError`, one line, when there is no Mojo compiler or it fails.
+    Raises :class:`KernelError`, one line, when it fails; :class:`NoMojoError` when there is no Mojo compiler.
     """
     import shutil
     import subprocess
@@ -229,7 +233,7 @@ def kernels() -> Path:
     source = Path(__file__).parent / "kernels"
     mojo = shutil.which("mojo", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     if mojo is None:
-        raise KernelError("no `mojo` compiler on PATH (it comes with `pip install max`, as the package mojo-compiler)")
+        raise NoMojoError("no `mojo` compiler on PATH (it comes with `pip install max`, as the package mojo-compiler)")
     digest = hashlib.sha256()
     for file in sorted(source.glob("*.mojo")):
         digest.update(file.name.encode() + b"\0" + file.read_bytes())

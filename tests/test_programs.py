@@ -477,7 +477,7 @@ def test_kernels_without_a_mojo_compiler_say_so(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # nor beside the interpreter
     runtime.kernels.cache_clear()
     try:
-        with pytest.raises(runtime.KernelError, match=r"^no `mojo` compiler on PATH \(it comes with `pip install max`, "
+        with pytest.raises(runtime.NoMojoError, match=r"^no `mojo` compiler on PATH \(it comes with `pip install max`, "
                                                       r"as the package mojo-compiler\)$"):
             runtime.kernels()
     finally:

@@ -67,7 +67,7 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     Linear layers and head are the quantized ones, and only the cache is step 16's.
     ``kernel`` (with ``decode``, on the CPU): every one-row product by the course's Mojo
     kernels: step 16's ``KernelGPT2LMHeadModel`` in float32, ``course/kernels/q6_k.mojo``
-    in q6_k (``course.programs.quantize.KERNELS``); q4_0 and q4_k have none.
+    in q6_k (``course.programs.generate.KERNEL_QUANTIZE``); q4_0 and q4_k have none.
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
@@ -78,10 +78,10 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     config, state = pretrained.config, pretrained.state
     if family_of(config) == "llama":
         return _compile_llama(steps, pretrained, device, cached, quantize, decode or kernel)
-    from course.programs.quantize import KERNELS
+    from course.programs.generate import KERNEL_QUANTIZE
 
-    if kernel and (quantize not in (None, *KERNELS) or not decode or device.label != "cpu"):
-        raise ValueError(f"the Mojo kernels serve step 16's decode graph in float32 and {' and '.join(KERNELS)} on the "
+    if kernel and (quantize not in (None, *KERNEL_QUANTIZE) or not decode or device.label != "cpu"):
+        raise ValueError(f"the Mojo kernels serve step 16's decode graph in float32 and {' and '.join(KERNEL_QUANTIZE)} on the "
                          f"CPU, not quantize={quantize!r}, decode={decode} on {device.label}")
     model_class = steps[16].KernelGPT2LMHeadModel if kernel and not quantize else steps[16].DecodeGPT2LMHeadModel if decode else (
         steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel)

@@ -42,12 +42,8 @@ from max.experimental.nn import Linear, Module
 from max.experimental.tensor import Tensor
 from max.graph.quantization import QuantizationEncoding
 
-from course.programs.generate import KERNEL_QUANTIZE
-
 #: The encodings, with their block width (elements) and bits per weight.
 FORMATS = {"q4_0": (32, 4.5), "q4_k": (256, 4.5), "q6_k": (256, 6.5625)}
-#: The formats that the course's Mojo kernels multiply by a single row (custom ops ``one_row_<format>``).
-KERNELS = KERNEL_QUANTIZE
 ROWS = 32  # MAX's q4_0 kernel needs a multiple of 32 rows; the vocabulary is padded to one
 
 
@@ -189,7 +185,7 @@ def quantize_model(model, state: dict[str, np.ndarray], name: str, kernel: bool 
     ``state`` holds the checkpoint's float32 weights in MAX's layout and names (step
     14's ``convert``); the head is the tied ``transformer.wte.weight``. Returns the
     new modules' parameters by name, for ``load_state_dict`` to take as they are.
-    ``kernel``: their single rows by the course's Mojo kernel (``name`` in :data:`KERNELS`).
+    ``kernel``: their single rows by the course's Mojo kernel (``name`` in ``course.programs.generate.KERNEL_QUANTIZE``).
     """
     swapped = {}
     # ANCHOR: swap
