@@ -138,15 +138,19 @@ class DecodeGPT2LMHeadModel(CachedGPT2LMHeadModel):
         x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])
         keys, values = [], []
         for block, past_k, past_v in zip(body.h, past_keys, past_values):
-            attn = block.attn
-            q, k, v = F.split(attn.c_attn(block.ln_1(x)), [attn.n_embd] * 3, axis=-1)
-            q, k, v = (t.reshape([1, attn.n_head, attn.head_dim]) for t in (q, k, v))
-            y = attend_in_place(q, k, v, past_k, past_v)
-            x = x + attn.c_proj(y.reshape([1, 1, attn.n_embd]))
+            y, k, v = self.attend(block.attn.c_attn(block.ln_1(x)), past_k, past_v)
+            x = x + block.attn.c_proj(y.reshape([1, 1, block.attn.n_embd]))
             x = residual(x, block.ln_2, block.mlp)
             keys.append(k)
             values.append(v)
         return self.head(body.ln_f(x[:, -1, :])), keys, values
+
+    @staticmethod
+    def attend(qkv: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``decode``'s attention (given code): c_attn's output qkv [1, 1, 3C] split into the new token's q, k, v
+        [1, H, D], and TODO 5's attend_in_place over the cache. Returns its output y and the new k and v."""
+        q, k, v = (t.reshape([1, *past_k.shape[1:]]) for t in F.split(qkv, [int(qkv.shape[-1]) // 3] * 3, axis=-1))
+        return attend_in_place(q, k, v, past_k, past_v), k, v
 
 
 
@@ -192,10 +196,30 @@ class KernelDecodeLinear(DecodeLinear):
     one_row = staticmethod(one_row_kernel)
 
 
-class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
-    """Step 16's model with every one-row product, the head's too, by the Mojo kernel."""
+def attend_kernel(qkv: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``DecodeGPT2LMHeadModel.attend`` as one op, the course's Mojo kernel ``course/kernels/attention.mojo``:
+    one pass over the cache, float32 or float16; the new k and v come back in the cache's type (given code;
+    CPU only, head sizes a multiple of 16)."""
+    from max.dtype import DType
+    from max.graph import DeviceRef, TensorType
 
-    linear, one_row = KernelDecodeLinear, staticmethod(one_row_kernel)
+    from course.runtime import kernels
+
+    row = [1, *past_k.shape[1:]]  # [1, H, D]
+    if int(row[-1]) % 16:  # a head size the kernel does not take: MAX's ops, on float32 copies of the cache
+        y, k, v = DecodeGPT2LMHeadModel.attend(qkv, past_k.cast(DType.float32), past_v.cast(DType.float32))
+        return y, k.cast(past_k.dtype), v.cast(past_v.dtype)
+    device = DeviceRef.from_device(qkv.device)
+    y, k, v = F.custom("attend_one", device, [qkv.reshape([1, qkv.shape[-1]]), past_k, past_v],
+                       [TensorType(DType.float32, row, device), *[TensorType(past_k.dtype, row, device)] * 2],
+                       parameters={"cache": past_k.dtype}, custom_extensions=kernels())
+    return y, k, v
+
+
+class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
+    """Step 16's model with every one-row product, the head's too, and the attention by the Mojo kernels."""
+
+    linear, one_row, attend = KernelDecodeLinear, staticmethod(one_row_kernel), staticmethod(attend_kernel)
 
 
 
@@ -228,16 +252,17 @@ class DecodeNextLogits(CachedNextLogits):
     cache once and writes one row of it.
     """
 
-    def __init__(self, model: DecodeGPT2LMHeadModel, config: GPT2Config, device=None):
+    def __init__(self, model: DecodeGPT2LMHeadModel, config: GPT2Config, device=None, cache_dtype=None):
         from max.driver import Buffer
         from max.dtype import DType
 
         super().__init__(model, config, device)  # compiles the prefill graph, self.run
         self.model, self.decode = model, None
+        self.cache_dtype = cache_dtype or DType.float32  # float16 halves the cache's bytes (the kernels' attention)
         layers, heads, head_dim = self.cache_shape(config)
         shape = [config.n_positions, heads, head_dim]
-        self.key_cache = [Buffer.zeros(shape, DType.float32, device=self.device) for _ in range(layers)]
-        self.value_cache = [Buffer.zeros(shape, DType.float32, device=self.device) for _ in range(layers)]
+        self.key_cache = [Buffer.zeros(shape, self.cache_dtype, device=self.device) for _ in range(layers)]
+        self.value_cache = [Buffer.zeros(shape, self.cache_dtype, device=self.device) for _ in range(layers)]
 
     def __call__(self, ids: list[int]) -> np.ndarray:
         from max.driver import CPU, Buffer
@@ -246,7 +271,8 @@ class DecodeNextLogits(CachedNextLogits):
         if not self.seen or ids[:-1] != self.seen:  # not one more token: a prefill, from the start
             self.reset()
             logits = super().__call__(ids)  # step 15's graph; its keys and values come back [1, H, T, D]
-            rows = [Buffer.from_numpy(np.ascontiguousarray(grown.to(CPU()).to_numpy()[0].swapaxes(0, 1)))
+            rows = [Buffer.from_numpy(np.ascontiguousarray(grown.to(CPU()).to_numpy()[0].swapaxes(0, 1),
+                                                           self.cache_dtype.to_numpy()))
                     for grown in self.keys + self.values]  # [H, T, D] -> [T, H, D], token-major
             for cache, new in zip(self.key_cache + self.value_cache, rows):
                 cache[: len(ids), :, :].inplace_copy_from(new)  # from the host to the cache's device
@@ -271,7 +297,7 @@ class DecodeNextLogits(CachedNextLogits):
 
             layers, heads, head_dim = self.cache_shape(self.config)
             one = TensorType(DType.int64, [1, 1], self.device)
-            rows = TensorType(DType.float32, ["past", heads, head_dim], self.device)
+            rows = TensorType(self.cache_dtype, ["past", heads, head_dim], self.device)
             self.decode = DecodeStep(self.model).compile(one, [rows] * layers, [rows] * layers)
         return self.decode
 

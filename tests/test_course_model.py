@@ -257,8 +257,9 @@ def test_samples_read_as_english():
 
 def test_bench_reports_perplexities(reference):
     """`bench --model course --quantize q4_0 q4_k q6_k --json`: float32's perplexity equals Hugging Face's on the same
-    tokens; each format's is close to float32's, not a broken model's; q6_k through the course's Mojo kernel scores
-    as q6_k through MAX's qmatmul (both round x to 8 bits alike)"""
+    tokens; each format's is close to float32's, not a broken model's; q6_k through the course's Mojo kernels (its
+    product, and the attention over a float16 cache) scores as q6_k through MAX's qmatmul and ops (both round x to 8
+    bits alike)"""
     paths = ["cache", "cache_q4_0", "cache_q4_k", "cache_q6_k", *(["kernel_q6_k"] if _has_mojo() else [])]
     result = program("--model", "course", "--rounds", "1", "--new-tokens", "4", "--eval-tokens", "192",
                      "--quantize", "q4_0", "q4_k", "q6_k", "--paths", *paths, "--json", module="course.programs.bench")

@@ -301,7 +301,7 @@ def test_bench_json_on_a_checkpoint(checkpoint, bench_json):
     """`bench --model DIR --quantize q4_0 --json`: every path timed; the float32 paths give Hugging Face's tokens"""
     out = bench_json
     paths = [path for path in out if not path.startswith("llama_")]  # llama.cpp's rows: the check below
-    assert paths == ["hf", "no_cache", "cache", "decode", "kernel", "cache_q4_0"], out
+    assert paths == ["hf", "no_cache", "cache", "decode", "kernel", "cache_q4_0", "kernel_q4_0"], out
     assert all(r["decode_tok_s"] > 0 and r["prefill_ms"] > 0 and len(r["tokens"]) == 8 for r in out.values()), out
     for path in ("no_cache", "cache", "decode", "kernel"):
         _same_tokens_as_hugging_face(out, path, checkpoint)
@@ -451,9 +451,10 @@ def test_bench_times_llama_cpp_beside_ours(checkpoint, bench_json):
 
     assert llama.version(), f"llama-cpp-python is not installed: {llama.INSTALL}"
     out = bench_json
-    assert list(out) == ["hf", "no_cache", "cache", "decode", "kernel", "cache_q4_0", "llama_f32", "llama_q4_0"], out
+    assert list(out) == ["hf", "no_cache", "cache", "decode", "kernel", "cache_q4_0", "kernel_q4_0", "llama_f32",
+                         "llama_q4_0"], out
     for ours, peer in (("cache", "llama_f32"), ("decode", "llama_f32"), ("kernel", "llama_f32"),
-                       ("cache_q4_0", "llama_q4_0")):
+                       ("cache_q4_0", "llama_q4_0"), ("kernel_q4_0", "llama_q4_0")):
         ratio = out[ours]["decode_tok_s"] / out[peer]["decode_tok_s"]
         assert abs(out[ours]["vs_llama_cpp"] - ratio) < 1e-2, (ours, out[ours], out[peer])
     _same_tokens_as_hugging_face(out, "llama_f32", checkpoint)

@@ -14,6 +14,9 @@
   compiles one graph (the prefill's), the first decode step one more, and nothing is
   compiled after that. The cache, allocated once, then holds Hugging Face's keys and
   values (``past_key_values``) of every token, written in place.
+* Given code, where ``mojo`` compiles: the Mojo product kernel equals ``x @ Wᵀ``; the Mojo
+  attention equals NumPy's over a float32 and a float16 cache; the model with both
+  (``KernelGPT2LMHeadModel``) gives ``GPT2LMHeadModel``'s logits through both graphs.
 
 Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst |Δ| on
 solutions/: see the ✓ lines (the teacher-forced logits about 1e-5, as step 15's).
@@ -310,6 +313,8 @@ def test_mojo_kernel_model_matches_the_whole_sequence(step, mojo_kernels):
     """with the Mojo kernel (KernelGPT2LMHeadModel), through both graphs, the logits equal GPT2LMHeadModel's
 
     Every one-row product and the head by the kernel; a prefill of 5 tokens, then 19 decode steps."""
+    test_decode_linear_matches_conv1d(step, "one row")  # the model's own TODOs first, each with its named ✗
+    test_head_scores_every_token(step)
     reference = generation_model()
     config = solution(1).GPT2Config.from_hf(reference.config)
     model = build(attribute(step, "KernelGPT2LMHeadModel"), config)
@@ -321,3 +326,41 @@ def test_mojo_kernel_model_matches_the_whole_sequence(step, mojo_kernels):
         expected = reference(torch.tensor([ids])).logits[0, 4:].numpy()
     assert_close(np.stack(got), expected,
                  "logits with the Mojo kernel (a prefill of 5, then 19 decode steps) vs GPT2LMHeadModel over all 24")
+
+
+@pytest.mark.parametrize("cache", ["float32", "float16"])
+@pytest.mark.parametrize("past", [1, 200], ids=["1 cached token", "200 cached tokens"])
+def test_mojo_attention_matches_numpy(step, cache, past, mojo_kernels):
+    """the Mojo attention (attend_kernel, given code) equals NumPy's over a float32 or a float16 cache
+
+    The cached and the new keys and values; the new key and value come back in the cache's type (float16 on the
+    quantized kernel paths). 200 + 1 tokens split unevenly between the cores (past 127 the kernel uses every core),
+    1 + 1 on one core."""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.nn import Module
+    from max.experimental.tensor import TensorType
+
+    from course.runtime import from_numpy
+
+    heads, head_dim = 3, 32
+    q, k, v = (hidden_states(1, heads, head_dim, seed=30 + i) for i in range(3))
+    past_k, past_v = (hidden_states(past, heads, head_dim, seed=33 + i).astype(cache) for i in range(2))
+    qkv = np.concatenate([t.reshape(1, 1, -1) for t in (q, k, v)], axis=-1)  # c_attn's output, [1, 1, 3C]
+    kernel = attribute(step, "attend_kernel")
+
+    class Attention(Module):  # a graph of the one op (an eager custom op would compile a graph per call)
+        def forward(self, *inputs):
+            return kernel(*inputs)
+
+    rows = TensorType(getattr(DType, cache), ["past", heads, head_dim], CPU())
+    run = call(Attention().compile, TensorType(DType.float32, list(qkv.shape), CPU()), rows, rows,
+               what=f"compiling attend_kernel with a {cache} cache")
+    got_y, got_k, got_v = (np.asarray(t.to_numpy()) for t in run(*(from_numpy(t) for t in (qkv, past_k, past_v))))
+    keys = np.concatenate([past_k.astype(np.float32), k])
+    values = np.concatenate([past_v.astype(np.float32), v])
+    assert_close(got_y, _attention(q, keys, values, 1 / np.sqrt(head_dim)),
+                 f"the Mojo attention vs NumPy's ({past} cached tokens, {cache} cache)")
+    for name, got, new in (("key", got_k, k), ("value", got_v, v)):
+        assert got.dtype == np.dtype(cache), f"the new {name} comes back as {got.dtype}, not the cache's {cache}"
+        assert_close(got.astype(np.float32), new.astype(cache).astype(np.float32), f"the new {name} in {cache}")

@@ -76,6 +76,31 @@ _DAEMON = ("the probe thread ends with urlopen's time-out as join gives up; only
            "(which ignores time-outs) would keep a non-daemon thread, and so the program's exit, waiting")
 _CAP = "one more character of huggingface_hub's error, quoted after the names and values that matter: the line stays one line"
 
+_QZ = "course/programs/quantize.py"
+_SC = "sc = np.clip(np.round(_ratio(scale, d.astype(np.float32))), 0, 63).astype(np.uint8)"
+_MN = "mn = np.clip(np.round(_ratio(mins, dmin.astype(np.float32))), 0, 63).astype(np.uint8)"
+_STEP = "step, offset = (d.astype(np.float32) * sc)[..., None], (dmin.astype(np.float32) * mn)[..., None]"
+_IN_RANGE = "the ratio to the largest over 63 rounds to 0..63 by construction (d and dmin are it): the clip never binds"
+_F64 = "astype(None) is float64: the same levels, from the same float16 d and dmin, with wider intermediate products"
+#: q4_k's quantizer (course.programs.quantize._q4_k): what tests/test_quantize.py's extremes check cannot see.
+_Q4K = {
+    **{(_QZ, "x__q4_k", f"{name} = (s.max(-1, keepdims=True) / 63).astype(np.float16)".replace("s.max", f"{of}.max"),
+        f"{name} = (s.max(+1, keepdims=True) / 63).astype(np.float16)".replace("s.max", f"{of}.max")):
+       f"{of} is [rows, 8]: axis +1 is axis -1" for name, of in (("d", "scale"), ("dmin", "mins"))},
+    **{(_QZ, "x__q4_k", line, line.replace(", 0, 63)", bounds)): _IN_RANGE
+       for line in (_SC, _MN) for bounds in (", None, 63)", ", 0, None)", ", 0, 64)")},
+    (_QZ, "x__q4_k", _SC, _SC.replace(", 0, 63)", ", 1, 63)")):
+        "only a sub-block narrower than half of d gets 0 steps: then its values come back at its min, within d of "
+        "themselves, and with 1 step of d, within d/2: inside the format's rounding either way",
+    (_QZ, "x__q4_k", _MN, _MN.replace(", 0, 63)", ", 1, 63)")):
+        "only a sub-block that reaches less than dmin/2 below zero gets min 0: with 1 its levels shift down by dmin (a "
+        "63rd of the block's deepest min), and its values stay within the format's rounding of a level",
+    (_QZ, "x__q4_k", _SC, _SC.replace("d.astype(np.float32)", "d.astype(None)")): _F64,
+    (_QZ, "x__q4_k", _MN, _MN.replace("dmin.astype(np.float32)", "dmin.astype(None)")): _F64,
+    (_QZ, "x__q4_k", _STEP, _STEP.replace("(d.astype(np.float32)", "(d.astype(None)")): _F64,
+    (_QZ, "x__q4_k", _STEP, _STEP.replace("(dmin.astype(np.float32)", "(dmin.astype(None)")): _F64,
+}
+
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
 #: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
 EQUIVALENT: dict[tuple[str, str, str, str], str] = {
@@ -121,6 +146,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
      "model.load_state_dict({name: torch.from_numpy(value) for name, value in values.items()}, strict=False)",
      "model.load_state_dict({name: torch.from_numpy(value) for name, value in values.items()}, strict=None)"):
         "load_state_dict reads strict as a truth value: None is False, and the tied lm_head is left out alike",
+    **_Q4K,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.

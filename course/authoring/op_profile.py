@@ -37,6 +37,7 @@ EVENT = re.compile(r"\[OP\] (LAUNCH|COMPLETE) (.*) \[id=(\d+)\]")
 #: What the op names say, in words, first match wins.
 KINDS = [
     ("the head and the layers' products (matmul)", re.compile(r"matmul|one_row", re.I)),
+    ("the attention by the Mojo kernel (--kernel)", re.compile(r"attend_one", re.I)),
     ("concat (step 15: the cache, copied; step 16: the scores)", re.compile(r"concat", re.I)),
     ("softmax", re.compile(r"softmax", re.I)),
     ("layer norms, GELU, adds (fused elementwise)", re.compile(r"elementwise|foreach", re.I)),

@@ -37,9 +37,10 @@ checkpoint as a peer: written as GGUF, float32 and each ``--quantize`` format
 ids and thread count; a "× llama.cpp" column compares ours with it, format for format.
 
 ``--quantize`` adds step 16's model and cache with its weights in GGUF block formats
-(``course.programs.quantize``), one path per format, with MAX's ``qmatmul``; for q6_k, on
-the CPU, a second path runs its single rows through the course's Mojo kernel
-(``course/kernels/q6_k.mojo``). Its accuracy cost is measured once,
+(``course.programs.quantize``), one path per format, with MAX's ``qmatmul``; on the CPU, a
+second path per format (``kernel_<format>``) reads a float16 cache, as llama.cpp's, with the
+course's Mojo attention (``course/kernels/attention.mojo``), and for q6_k runs its single
+rows through the course's Mojo kernel (``course/kernels/q6_k.mojo``). Its accuracy cost is measured once,
 in the first round, on held-out text (the checkpoint's ``heldout.txt``, else the
 course model's: the tenth of each chapter it never trained on): every next token
 of ``--eval-tokens`` tokens is scored by float32 and by the format, giving each
@@ -69,17 +70,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from course.programs.generate import KERNEL_QUANTIZE, QUANTIZE
+from course.programs.generate import ONE_ROW_KERNELS, QUANTIZE
 from course.outline import ROOT, SOLUTIONS
 
 PATHS = {"hf": "Hugging Face generate (cache)", "no_cache": "ours, no cache (step 13)", "cache": "ours, KV cache (step 15)",
          "decode": "ours, decode graph (step 16)", "kernel": "ours, decode graph, Mojo kernel (step 16)"}
 PATHS |= {f"cache_{name}": f"ours, decode graph, {name} weights" for name in QUANTIZE}
-PATHS |= {f"kernel_{name}": f"ours, decode graph, Mojo kernel, {name}" for name in KERNEL_QUANTIZE}
+PATHS |= {f"kernel_{name}": f"ours, decode graph, Mojo {'kernels' if name in ONE_ROW_KERNELS else 'attention'}, {name}"
+          for name in QUANTIZE}
 PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
 #: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
 PEERS = {"cache": "llama_f32", "decode": "llama_f32", "kernel": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
-PEERS |= {f"kernel_{name}": f"llama_{name}" for name in KERNEL_QUANTIZE}
+PEERS |= {f"kernel_{name}": f"llama_{name}" for name in QUANTIZE}
 #: The paths of Part II's Llama, and their labels.
 LLAMA_PATHS = {"hf": PATHS["hf"], "no_cache": "ours, no cache (steps 13, 22)", "cache": "ours, KV cache (step 24)"}
 err = Console(stderr=True, highlight=False)
@@ -250,7 +252,7 @@ def _median(runs: list[dict]) -> dict:
 def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
     colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
-    colors |= {"kernel_q6_k": "#a50e0e"}
+    colors |= {"kernel_q4_0": "#0d652d", "kernel_q4_k": "#681da8", "kernel_q6_k": "#a50e0e"}
     colors |= {"llama_f32": "#5f6368", "llama_q4_0": "#81c995", "llama_q4_k": "#c58af9", "llama_q6_k": "#f28b82"}
     curves = {}
     for path, r in results.items():
@@ -300,7 +302,7 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
     import math
 
     colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40"}
-    colors |= {f"cache_{name}": "#1a73e8" for name in QUANTIZE} | {f"kernel_{name}": "#004d40" for name in KERNEL_QUANTIZE}
+    colors |= {f"cache_{name}": "#1a73e8" for name in QUANTIZE} | {f"kernel_{name}": "#004d40" for name in QUANTIZE}
     colors |= {p: "#5f6368" for p in results if p.startswith("llama_")}
     points = {path: (bytes_read(path, config) / 1e6, r["decode_tok_s"]) for path, r in results.items()}
     width, height, pad = 680, 460, 60
@@ -384,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         bandwidth = import_steps("solutions", SOLUTIONS, [16])[16].measure_bandwidth()
     paths = ["hf", "no_cache", "cache", "decode", *(["kernel"] if args.device == "cpu" else []),
              *(f"cache_{name}" for name in args.quantize),
-             *(f"kernel_{name}" for name in args.quantize if name in KERNEL_QUANTIZE and args.device == "cpu")]
+             *(f"kernel_{name}" for name in args.quantize if args.device == "cpu")]
     from course.programs import llama
 
     family = "gpt2"

@@ -65,9 +65,11 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     ``decode``: step 16's model and runner: a decode graph that multiplies each weight by
     one row as ``W @ xᵀ`` and reads a cache allocated once. With ``quantize`` too, its
     Linear layers and head are the quantized ones, and only the cache is step 16's.
-    ``kernel`` (with ``decode``, on the CPU): every one-row product by the course's Mojo
-    kernels: step 16's ``KernelGPT2LMHeadModel`` in float32, ``course/kernels/q6_k.mojo``
-    in q6_k (``course.programs.generate.KERNEL_QUANTIZE``); q4_0 and q4_k have none.
+    ``kernel`` (with ``decode``, on the CPU): step 16's ``KernelGPT2LMHeadModel``, whose attention
+    and one-row products are the course's Mojo kernels. With ``quantize`` too, its attention
+    reads a float16 cache (as llama.cpp's does), and its one-row products are the Mojo kernel
+    of the formats that have one (``course.programs.quantize.ONE_ROW_KERNELS``: q6_k) and
+    MAX's ``qmatmul`` for the others.
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
@@ -78,12 +80,9 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     config, state = pretrained.config, pretrained.state
     if family_of(config) == "llama":
         return _compile_llama(steps, pretrained, device, cached, quantize, decode or kernel)
-    from course.programs.generate import KERNEL_QUANTIZE
-
-    if kernel and (quantize not in (None, *KERNEL_QUANTIZE) or not decode or device.label != "cpu"):
-        raise ValueError(f"the Mojo kernels serve step 16's decode graph in float32 and {' and '.join(KERNEL_QUANTIZE)} on the "
-                         f"CPU, not quantize={quantize!r}, decode={decode} on {device.label}")
-    model_class = steps[16].KernelGPT2LMHeadModel if kernel and not quantize else steps[16].DecodeGPT2LMHeadModel if decode else (
+    if kernel and (not decode or device.label != "cpu"):
+        raise ValueError(f"the Mojo kernels serve step 16's decode graph on the CPU, not decode={decode} on {device.label}")
+    model_class = steps[16].KernelGPT2LMHeadModel if kernel else steps[16].DecodeGPT2LMHeadModel if decode else (
         steps[15].CachedGPT2LMHeadModel if cached else steps[11].GPT2LMHeadModel)
     with F.lazy():
         model = model_class(config)
@@ -95,7 +94,10 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     model.load_state_dict({name: swapped[name] if name in swapped else runtime.from_numpy(state[name])
                            for name, _ in model.parameters})
     if decode:
-        return steps[16].DecodeNextLogits(model, config, device)
+        from max.dtype import DType
+
+        half = kernel and quantize  # the quantized kernels' cache in float16; float32's stays float32
+        return steps[16].DecodeNextLogits(model, config, device, DType.float16 if half else DType.float32)
     if cached:
         return steps[15].CachedNextLogits(model, config, device)
     return steps[13].compile_next_logits(model, device)

@@ -36,7 +36,9 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: The weight formats of ``--quantize`` (course.programs.quantize.FORMATS has their block sizes).
 QUANTIZE = ("q4_0", "q4_k", "q6_k")
-KERNEL_QUANTIZE = ("q6_k",)  # the formats that the course's Mojo kernels multiply (course/kernels/q6_k.mojo)
+#: The formats whose single rows a Mojo kernel of the course's multiplies (course/kernels/q6_k.mojo); with
+#: ``kernel``, the others keep MAX's qmatmul, and every format's attention is the Mojo kernel's.
+ONE_ROW_KERNELS = ("q6_k",)
 
 #: What the programs need, by step and family: everything up to the weights, and the cache.
 NEEDED = build.NEEDED

@@ -29,7 +29,8 @@ the tests unpack them with ``gguf`` to check the bytes.
 With ``kernel`` (step 16's decode graph, on the CPU), a single row times a q6_k matrix
 goes instead through the course's own Mojo kernel (``course/kernels/q6_k.mojo``), which
 rounds the row to 8 bits as MAX does and multiplies bytes by bytes with VNNI. (One for
-q4_0 was slower than MAX's own q4_0 product, and was left out: chapter 16.)
+q4_0 was slower than MAX's own q4_0 product, and was left out: chapter 16. q4_0 and
+q4_k keep ``qmatmul`` with ``kernel``; only their attention is the kernel's.)
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from max.experimental import functional as F
 from max.experimental.nn import Linear, Module
 from max.experimental.tensor import Tensor
 from max.graph.quantization import QuantizationEncoding
+
+from course.programs.generate import ONE_ROW_KERNELS
 
 #: The encodings, with their block width (elements) and bits per weight.
 FORMATS = {"q4_0": (32, 4.5), "q4_k": (256, 4.5), "q6_k": (256, 6.5625)}
@@ -146,7 +149,7 @@ class QuantizedLinear(Module):
     """``x @ W.T + b`` with W stored in a GGUF block format (rows padded to a multiple of 32)."""
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, name: str, kernel: bool = False):
-        self.out_dim, self.name, self.kernel = weight.shape[0], name, kernel
+        self.out_dim, self.name, self.kernel = weight.shape[0], name, kernel and name in ONE_ROW_KERNELS
         padded = np.zeros((-(-weight.shape[0] // ROWS) * ROWS, weight.shape[1]), np.float32)
         padded[: weight.shape[0]] = weight
         self.weight = Tensor.from_dlpack(quantize_rows(padded, name))  # uint8 blocks
@@ -185,7 +188,7 @@ def quantize_model(model, state: dict[str, np.ndarray], name: str, kernel: bool 
     ``state`` holds the checkpoint's float32 weights in MAX's layout and names (step
     14's ``convert``); the head is the tied ``transformer.wte.weight``. Returns the
     new modules' parameters by name, for ``load_state_dict`` to take as they are.
-    ``kernel``: their single rows by the course's Mojo kernel (``name`` in ``course.programs.generate.KERNEL_QUANTIZE``).
+    ``kernel``: their single rows by the course's Mojo kernel, where ``name`` has one (:data:`ONE_ROW_KERNELS`).
     """
     swapped = {}
     # ANCHOR: swap
