@@ -282,7 +282,8 @@ class DecodeNextLogits(CachedNextLogits):
     handed the first P rows of each buffer: views of the same memory, since the
     P tokens lie one after another. It returns the new token's key and value,
     which are copied into row P. Nothing is concatenated: a step reads the
-    cache once and writes one row of it.
+    cache once and writes one row of it. ``cache_dtype``: float32 (the default),
+    or float16, half the bytes, for a model whose ``attend`` reads it (the kernel's).
     """
 
     def __init__(self, model: DecodeGPT2LMHeadModel, config: GPT2Config, device=None, cache_dtype=None):
