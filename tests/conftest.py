@@ -52,12 +52,11 @@ def step(request):
 def mojo_kernels():
     """The course's Mojo kernels, compiled (once); the check skips, saying why, where there is no Mojo
     compiler at all (pip's max brings one, mojo-compiler; a conda environment may not)."""
-    from course.runtime import NoMojoError, kernels
+    from course.runtime import kernels
 
-    try:
-        return kernels()
-    except NoMojoError as error:  # a compile error fails the check
-        pytest.skip(f"{error}; with pixi: `pixi add modular`")
+    if why := harness.no_mojo():  # a compile error fails the check
+        pytest.skip(f"{why}; with pixi: `pixi add modular`")
+    return kernels()
 
 
 @pytest.fixture(autouse=True)

@@ -161,6 +161,16 @@ def solution(number: int):
     return importlib.import_module(step_path(number, SOLUTIONS).stem)
 
 
+def no_mojo() -> str | None:
+    """Why the course's Mojo kernels cannot run here (no Mojo compiler at all: pip's max brings one,
+    mojo-compiler; a conda environment may not), or None once they are compiled. A compile error raises."""
+    try:
+        runtime.kernels()
+    except runtime.NoMojoError as error:
+        return str(error)
+    return None
+
+
 # --- running learner code ---------------------------------------------------------------
 
 

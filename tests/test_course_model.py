@@ -22,6 +22,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +31,7 @@ import pytest
 
 from course.authoring.train import CODE_CHARACTERS  # the characters of Markdown, code and math
 from course.outline import COURSE_LLAMA, COURSE_MODEL, ROOT
-from harness import greedy_agreement
+from harness import greedy_agreement, no_mojo
 from reference import hf_greedy, rounded_logits
 
 pytestmark = pytest.mark.programs
@@ -260,7 +261,9 @@ def test_bench_reports_perplexities(reference):
     tokens; each format's is close to float32's, not a broken model's; q6_k through the course's Mojo kernels (its
     product, and the attention over a float16 cache) scores as q6_k through MAX's qmatmul and ops (both round x to 8
     bits alike)"""
-    paths = ["cache", "cache_q4_0", "cache_q4_k", "cache_q6_k", *(["kernel_q6_k"] if _has_mojo() else [])]
+    if missing := no_mojo():  # a compile error fails the check
+        warnings.warn(f"bench's kernel_q6_k path left out of the perplexity check: {missing}", stacklevel=1)
+    paths = ["cache", "cache_q4_0", "cache_q4_k", "cache_q6_k", *([] if missing else ["kernel_q6_k"])]
     result = program("--model", "course", "--rounds", "1", "--new-tokens", "4", "--eval-tokens", "192",
                      "--quantize", "q4_0", "q4_k", "q6_k", "--paths", *paths, "--json", module="course.programs.bench")
     assert result.returncode == 0, result.stderr
@@ -275,20 +278,6 @@ def test_bench_reports_perplexities(reference):
         kernel, qmatmul = out["kernel_q6_k"]["perplexity"], out["cache_q6_k"]["perplexity"]
         print(f"q6_k through the Mojo kernel: perplexity {kernel:.3f} (through qmatmul {qmatmul:.3f})")
         assert abs(kernel - qmatmul) <= 0.01 * qmatmul, f"q6_k's perplexity {kernel:.3f} with the kernel, {qmatmul:.3f} without"
-
-
-def _has_mojo() -> bool:
-    """Whether the course's Mojo kernels compile here (pip's max brings mojo; said where it does not)."""
-    from course.runtime import NoMojoError, kernels
-
-    try:
-        kernels()
-    except NoMojoError as error:  # a compile error fails the check
-        import warnings
-
-        warnings.warn(f"bench's kernel_q6_k path left out of the perplexity check: {error}", stacklevel=2)
-        return False
-    return True
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

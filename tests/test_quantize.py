@@ -87,6 +87,11 @@ def test_packing_round_trips_through_gguf(name):
         assert worst <= 0.15, f"{name}: {what} row comes back off by {worst:.0%} of its largest value"
 
 
+def _span(sub: np.ndarray) -> np.ndarray:
+    """A q4_k sub-block's range along the last axis, from 0 when all its values are above it (its min is then 0)."""
+    return sub.max(-1) - np.minimum(sub.min(-1), 0)
+
+
 def test_q4_k_keeps_each_blocks_extremes():
     """q4_k's 6-bit scales and mins are set so that, in each block of 256, the widest sub-block of 32 gets its
     largest value back and the sub-block reaching lowest its smallest, to the rounding of its 6-bit min (half of
@@ -97,7 +102,7 @@ def test_q4_k_keeps_each_blocks_extremes():
     back = dequantize_rows(quantize_rows(w, "q4_k"), "q4_k")
     sub, got = w.reshape(-1, 8, 32), back.reshape(-1, 8, 32)  # every block's 8 sub-blocks
     low = np.minimum(sub.min(-1), 0)
-    span = sub.max(-1) - low  # a sub-block's range, from 0 if all its values are above
+    span = _span(sub)
     blocks = np.arange(len(sub))
     for what, pick, end in (("largest value of the widest", span.argmax(-1), np.argmax),
                             ("smallest value of the lowest-reaching", low.argmin(-1), np.argmin)):
@@ -119,7 +124,7 @@ def test_q4_k_keeps_each_blocks_extremes():
     below[:, :32] = rng.uniform(-1.2, -0.8, (64, 1)) + 0.008 * rng.standard_normal((64, 32))
     back = dequantize_rows(quantize_rows(below, "q4_k"), "q4_k")
     wide, got = below[:, 32:64], back[:, 32:64]  # the neighbour: the high 4 bits of the same bytes
-    steps = (np.abs(got - wide) / ((wide.max(-1) - np.minimum(wide.min(-1), 0)) / 15)[:, None]).max()
+    steps = (np.abs(got - wide) / (_span(wide) / 15)[:, None]).max()
     print(f"q4_k: beside a narrow sub-block far below zero, its neighbour comes back within {steps:.2f} steps (bound 1)")
     assert steps <= 1, f"q4_k: the neighbour of a narrow sub-block far below zero comes back off by {steps:.2f} steps"
 

@@ -155,7 +155,6 @@ def test_init_like_gpt2_loads_the_seeded_values():
         assert np.array_equal(to_numpy(value), expected[name]), (name, to_numpy(value), expected[name])
 
 
-
 def test_the_defaults_are_seed_0_and_gpt2s_spread():
     """without a seed, random_weights draws seed 0's values, and init_like_gpt2 GPT-2's (seed 0, std 0.02): the
     values the book's printed numbers were made with"""
