@@ -307,6 +307,9 @@ def test_bench_json_on_a_checkpoint(checkpoint, bench_json):
         _same_tokens_as_hugging_face(out, path, checkpoint)
     quantized = out["cache_q4_0"]
     assert quantized["max_logit_err"] > 0, f"q4_0's logits equal float32's: nothing was quantized ({quantized})"
+    caches = {path: r["kv_cache"] for path, r in out.items() if not path.startswith("llama_")}
+    assert caches == {"hf": "float32", "no_cache": "none", "cache": "float32", "decode": "float32", "kernel": "float32",
+                      "cache_q4_0": "float32", "kernel_q4_0": "float16"}, caches  # as each runner allocated it
 
 
 def test_bench_on_a_llama_checkpoint(llama_checkpoint):
@@ -457,7 +460,22 @@ def test_bench_times_llama_cpp_beside_ours(checkpoint, bench_json):
                        ("cache_q4_0", "llama_q4_0"), ("kernel_q4_0", "llama_q4_0")):
         ratio = out[ours]["decode_tok_s"] / out[peer]["decode_tok_s"]
         assert abs(out[ours]["vs_llama_cpp"] - ratio) < 1e-2, (ours, out[ours], out[peer])
+    for ours, peer in (("kernel", "llama_f32"), ("kernel_q4_0", "llama_q4_0")):  # like with like: the cache's type too
+        assert out[ours]["kv_cache"] == out[peer]["kv_cache"], (ours, out[ours]["kv_cache"], peer, out[peer]["kv_cache"])
     _same_tokens_as_hugging_face(out, "llama_f32", checkpoint)
+
+
+@pytest.mark.llama
+def test_llama_cpp_keeps_its_cache_in_the_type_asked(checkpoint, tmp_path):
+    """llama.cpp's context keeps its keys and values in the type bench asks for: float32 beside our float32 paths"""
+    import llama_cpp
+
+    from course.programs import llama
+
+    gguf = llama.write_f32(checkpoint, tmp_path / "model-f32.gguf")
+    for cache, ggml in (("float32", llama_cpp.GGML_TYPE_F32), ("float16", llama_cpp.GGML_TYPE_F16)):
+        params = llama.open_model(gguf, GEN["n_positions"], 8, cache).context_params
+        assert (params.type_k, params.type_v) == (ggml, ggml), (cache, params.type_k, params.type_v)
 
 
 def test_bench_without_llama_cpp_says_how_to_add_it():

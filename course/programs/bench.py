@@ -82,6 +82,13 @@ PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
 #: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
 PEERS = {"cache": "llama_f32", "decode": "llama_f32", "kernel": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
 PEERS |= {f"kernel_{name}": f"llama_{name}" for name in QUANTIZE}
+#: Each path's KV cache: the type its keys and values are kept in. llama.cpp's follows its peers': float32 for the
+#: f32 file, as the course's float32 paths, float16 for the quantized files, as the kernel paths (like with like).
+#: The table shows what each worker reports (ours: the cache its runner allocated).
+KV_CACHE = {"hf": "float32", "no_cache": "none", "cache": "float32", "decode": "float32", "kernel": "float32",
+            "llama_f32": "float32"}
+KV_CACHE |= {f"{kind}_{name}": "float32" if kind == "cache" else "float16"
+             for kind in ("cache", "kernel", "llama") for name in QUANTIZE}
 #: The paths of Part II's Llama, and their labels.
 LLAMA_PATHS = {"hf": PATHS["hf"], "no_cache": "ours, no cache (steps 13, 22)", "cache": "ours, KV cache (step 24)"}
 err = Console(stderr=True, highlight=False)
@@ -103,8 +110,8 @@ def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: s
         config = json.loads((Path(model) / "config.json").read_text())
         prompt = _prompt(prompt_tokens, config["vocab_size"])
         gguf = Path(gguf_dir) / f"model-{path.removeprefix('llama_')}.gguf"
-        times, tokens = llama.time_generation(gguf, prompt, new_tokens, config["n_positions"])
-        result = {"compile_s": 0.0}
+        times, tokens = llama.time_generation(gguf, prompt, new_tokens, config["n_positions"], KV_CACHE[path])
+        result = {"compile_s": 0.0, "kv_cache": KV_CACHE[path]}
     elif path == "hf":
         import torch
         import transformers
@@ -112,7 +119,7 @@ def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: s
         reference = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
         prompt = _prompt(prompt_tokens, reference.config.vocab_size)
         times, tokens = _time_hf(reference, prompt, new_tokens, device)
-        result = {"compile_s": 0.0}
+        result = {"compile_s": 0.0, "kv_cache": KV_CACHE[path]}
         if eval_tokens:
             context = getattr(reference.config, "n_positions", None) or reference.config.max_position_embeddings
             result["perplexity"] = _hf_perplexity(reference, _windows(model, context, eval_tokens))
@@ -183,6 +190,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
     from course.programs import build
     from course.programs.build import compile_model, context, load
     from course.programs.generate import import_steps, pick_device
+    from max.dtype import DType
 
     family = build.family(model)
     steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16] + ([17, 22, 23, 24] if family == "llama" else []))
@@ -199,7 +207,8 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
         check(quantize, config, device)
     next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize,
                                 decode=path in ("decode", "kernel") or quantize is not None, kernel=path.startswith("kernel"))
-    result = {"compile_s": time.perf_counter() - started}
+    result = {"compile_s": time.perf_counter() - started,  # the cache's type as the runner allocated it
+              "kv_cache": "none" if path == "no_cache" else getattr(next_logits, "cache_dtype", DType.float32).name}
     kwargs = dict(n_positions=context(config), temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
     start = time.perf_counter()
@@ -246,7 +255,7 @@ def _median(runs: list[dict]) -> dict:
     out = {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs),
            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs),
            "compile_s": statistics.median(r["compile_s"] for r in runs), "step_ms": steps, "tokens": runs[0]["tokens"]}
-    return out | {key: runs[0][key] for key in ("accuracy", "perplexity") if key in runs[0]}
+    return out | {key: runs[0][key] for key in ("accuracy", "perplexity", "kv_cache") if key in runs[0]}
 
 
 def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
@@ -450,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         out = {}
         for path, r in results.items():
             out[path] = {"prefill_ms": round(r["prefill_ms"], 2), "decode_tok_s": round(r["decode_tok_s"], 2),
-                         "vs_hf": round(r["decode_tok_s"] / hf, 3), "tokens": r["tokens"]}
+                         "vs_hf": round(r["decode_tok_s"] / hf, 3), "kv_cache": r["kv_cache"], "tokens": r["tokens"]}
             if path in vs_peer:
                 out[path]["vs_llama_cpp"] = round(vs_peer[path], 3)
             if "accuracy" in r:
@@ -462,12 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     weights = f"{args.model}'s weights" if args.model else f"{args.layers} layers, random weights"
     name = "Llama" if family == "llama" else "GPT-2"
     table = Table(title=f"{name} ({weights}, {args.device}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
-    columns = ["path", "prefill ms", "decode tok/s", "× Hugging Face"] + (["× llama.cpp"] if vs_peer else [])
+    columns = ["path", "KV cache", "prefill ms", "decode tok/s", "× Hugging Face"] + (["× llama.cpp"] if vs_peer else [])
     columns += ["perplexity", "top-1 vs fp32", "max |Δ logit|"] if args.quantize else []
     for column in columns:
         table.add_column(column, justify="left" if column == "path" else "right")
     for path, r in results.items():
-        row = [labels[path], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}"]
+        row = [labels[path], r["kv_cache"], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}"]
         row += [f"{vs_peer[path]:.2f}" if path in vs_peer else ""] if vs_peer else []
         if args.quantize:
             a = r.get("accuracy")

@@ -13,7 +13,10 @@ keeps some matrices at higher precision: that is its Q4_K_M, not Q4_K).
 
 Timing matches the course's paths: the prompt's token ids go in as they are (no text,
 no BOS), greedy (temperature 0), one warm-up generation first, the prefill is the time
-to the first new token, decode tok/s counts the rest.
+to the first new token, decode tok/s counts the rest. The KV cache is in the type of
+the course path it is compared with (``bench.KV_CACHE``): float32 for the f32 file, as
+the course's float32 paths keep theirs, float16 (llama.cpp's default) for the quantized
+formats, as the course's kernel paths.
 """
 
 from __future__ import annotations
@@ -109,12 +112,20 @@ def files(folder: Path, scratch: Path, formats: list[str]) -> dict[str, Path]:
     return {"f32": f32} | {name: quantize(f32, scratch / f"model-{name}.gguf", name) for name in formats}
 
 
-def time_generation(path: Path, prompt: list[int], new_tokens: int, n_ctx: int) -> tuple[list[float], list[int]]:
-    """Greedy generation with llama.cpp: ``[start, time of each new token]`` and the tokens."""
-    from llama_cpp import Llama
+def open_model(path: Path, n_ctx: int, n_batch: int, cache: str = "float16"):
+    """``path`` in llama.cpp, on bench's threads, with its KV cache in ``cache``'s type: float16 (llama.cpp's
+    default, as the course's kernel paths) or float32 (as the course's float32 paths: like with like)."""
+    import llama_cpp
 
-    model = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads(), n_threads_batch=threads(),
-                  n_batch=max(len(prompt), 8), verbose=False)
+    kv = {"float16": llama_cpp.GGML_TYPE_F16, "float32": llama_cpp.GGML_TYPE_F32}[cache]
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads(), n_threads_batch=threads(),
+                           n_batch=n_batch, type_k=kv, type_v=kv, verbose=False)
+
+
+def time_generation(path: Path, prompt: list[int], new_tokens: int, n_ctx: int,
+                    cache: str = "float16") -> tuple[list[float], list[int]]:
+    """Greedy generation with llama.cpp: ``[start, time of each new token]`` and the tokens."""
+    model = open_model(path, n_ctx, max(len(prompt), 8), cache)
 
     def run(count: int) -> tuple[list[float], list[int]]:
         model.reset()  # forget the last run's tokens: the prompt is evaluated anew
