@@ -62,6 +62,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "course/checkpoints.py": ("tests/test_checkpoints.py", "tests/test_step_14_pretrained.py",
                               "tests/test_step_23_llama_pretrained.py", "tests/test_step_12_tokenizer.py"),
     "course/weights.py": ("tests/test_reference.py", "tests/test_checkpoints.py"),
+    "course/programs/quantize.py": ("tests/test_quantize.py",),
 }
 
 _CK = "course/checkpoints.py"
@@ -99,6 +100,51 @@ _Q4K = {
     (_QZ, "x__q4_k", _MN, _MN.replace("dmin.astype(np.float32)", "dmin.astype(None)")): _F64,
     (_QZ, "x__q4_k", _STEP, _STEP.replace("(d.astype(np.float32)", "(d.astype(None)")): _F64,
     (_QZ, "x__q4_k", _STEP, _STEP.replace("(dmin.astype(np.float32)", "(dmin.astype(None)")): _F64,
+}
+
+_Q6_SC = "sc = np.clip(np.round(_ratio(scale, d.astype(np.float32))), -128, 127).astype(np.int8)"
+_Q6_TOP = "top = np.take_along_axis(scale, np.abs(scale).argmax(-1)[..., None], -1)"
+_Q6_PEAK = "peak = np.take_along_axis(sub, np.abs(sub).argmax(-1)[..., None], -1)[..., 0]"
+_AXIS = ("NumPy 2.3 and later (the course installs 2.4) take axis -1 when take_along_axis is given none; an older "
+         "NumPy raises a TypeError at once")
+_ZEROS = "np.zeros(np.broadcast(a, b).shape, dtype=np.float32)"
+_WIDE = "out = " + _ZEROS
+#: q6_k's quantizer and the division it shares with q4_k's: what tests/test_quantize.py's extremes checks cannot see.
+_Q6K = {
+    (_QZ, "x__q6_k", _Q6_TOP, _Q6_TOP.replace("argmax(-1)", "argmax(+1)")): "scale is [rows, 16]: axis +1 is axis -1",
+    (_QZ, "x__q6_k", _Q6_TOP, _Q6_TOP.replace("None], -1)", "None], +1)")): "scale is [rows, 16]: axis +1 is axis -1",
+    (_QZ, "x__q6_k", _Q6_TOP, _Q6_TOP.replace("None], -1)", "None], )")): _AXIS,
+    (_QZ, "x__q6_k", _Q6_PEAK, _Q6_PEAK.replace("None], -1)", "None], )")): _AXIS,
+    **{(_QZ, "x__q6_k", _Q6_SC, _Q6_SC.replace("-128, 127)", bounds)):
+       "d is the largest scale over -128, so that scale's ratio rounds to -128 (float16's rounding of d moves it by "
+       "less than 0.1) and every other ratio is smaller: the lower bound never binds" for bounds in ("None, 127)", "-129, 127)")},
+    (_QZ, "x__q6_k", _Q6_SC, _Q6_SC.replace("d.astype(np.float32)", "d.astype(None)")): _F64,
+    (_QZ, "x__q6_k", "q = np.round(_ratio(sub, (d.astype(np.float32) * sc)[..., None]))",
+     "q = np.round(_ratio(sub, (d.astype(None) * sc)[..., None]))"): _F64,
+    **{(_QZ, "x__ratio", _WIDE, "out = " + _ZEROS.replace(", dtype=np.float32)", after)):
+       "float64 quotients of the same float32 numbers: a level moves only where a quotient lies within float32's "
+       "rounding of a half-way point, and the scales are float16 anyway" for after in (", dtype=None)", ", )")},
+    **{(_QZ, "x__ratio", _WIDE, _WIDE.replace("(a, b)", after)):
+       "every call's numerator already has the broadcast shape (sub-blocks against their scales, scales against d)"
+       for after in ("(a, None)", "(a, )")},
+    **{(_QZ, "x_quantize_rows", "w = np.ascontiguousarray(w, dtype=np.float32)", f"w = np.ascontiguousarray(w, {after})"):
+       "every caller hands float32 rows (QuantizedLinear's padded copy); float64 ones pack to the same bytes "
+       "(measured on 40 Gaussian rows in each format): the cast only narrows a wider copy" for after in ("dtype=None", "")},
+    (_QZ, "x_quantize_rows", "blocks = w.reshape(-1, 256)", "blocks = w.reshape(-2, 256)"): "NumPy infers any negative size",
+    (_QZ, "x_quantize_rows", "return packed.reshape(w.shape[0], -1)", "return packed.reshape(w.shape[0], -2)"):
+        "NumPy infers any negative size",
+    **{(_QZ, "xǁQuantizedLinearǁ__init__", "padded = np.zeros((-(-weight.shape[0] // ROWS) * ROWS, weight.shape[1]), np.float32)",
+        f"padded = np.zeros((-(-weight.shape[0] // ROWS) * ROWS, weight.shape[1]), {after}"):
+       "quantize_rows reads the padded rows as float32, and zeros and float32 weights are exact in float64"
+       for after in ("None)", ")")},
+    (_QZ, "x_held_out", 'text = (own if own.is_file() else COURSE_MODEL / "heldout.txt").read_text(encoding="utf-8")',
+     'text = (own if own.is_file() else COURSE_MODEL / "heldout.txt").read_text(encoding="UTF-8")'): _UTF8_NAME,
+    (_QZ, "x_held_out", 'text = (own if own.is_file() else COURSE_MODEL / "heldout.txt").read_text(encoding="utf-8")',
+     'text = (own if own.is_file() else COURSE_MODEL / "heldout.txt").read_text(encoding=None)'):
+        "None is the locale's encoding: UTF-8 on Linux and macOS, and in a C locale too (Python's UTF-8 mode, PEP "
+        "540)",
+    (_QZ, "x_log_probs", "z = logits.astype(np.float64) - logits.max()", "z = logits.astype(None) - logits.max()"):
+        "NumPy reads the dtype None as float64: the same array",
 }
 
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
@@ -147,6 +193,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
      "model.load_state_dict({name: torch.from_numpy(value) for name, value in values.items()}, strict=None)"):
         "load_state_dict reads strict as a truth value: None is False, and the tied lm_head is left out alike",
     **_Q4K,
+    **_Q6K,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
@@ -187,7 +234,7 @@ class Result:
     target: str
     digest: str
     mutants: list[Mutant] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float | None = None  # the whole run's time; with --last, the last whole run's (None if unknown)
 
     def count(self, column: str) -> int:
         if column == "mutants":
@@ -367,6 +414,8 @@ def run(target: str, children: int, last: bool = False) -> Result:
     names = [mutant.name for mutant in result.mutants if mutant.status != "equivalent"]
     if last:
         _read_verdicts(target, work, result)
+        timed = work / "run-seconds.txt"  # written when a run ends
+        result.seconds = float(timed.read_text()) if timed.is_file() else None
         return result
     print(f"{target}: {len(result.mutants)} mutants, {len(result.mutants) - len(names)} reword a message or are "
           f"listed as equivalent; mutmut runs the other {len(names)} under {', '.join(TARGETS[target])}", flush=True)
@@ -379,6 +428,7 @@ def run(target: str, children: int, last: bool = False) -> Result:
             raise SystemExit(f"mutmut failed on {target} (exit {ran.returncode}); its output: {work / 'mutmut.log'}")
         _read_verdicts(target, work, result)
     result.seconds = time.perf_counter() - started
+    (work / "run-seconds.txt").write_text(f"{result.seconds:.0f}\n", encoding="utf-8")
     return result
 
 
@@ -402,8 +452,13 @@ def summary(results: list[Result], seconds: float | None, children: int) -> str:
     from importlib.metadata import version
 
     width = max(len(result.target) for result in results)
-    how = (f"{children} workers on {os.cpu_count()} cores, {_minutes(seconds)}" if seconds is not None else
-           "--last: the verdicts of the last run, as far as it got (\"other\" counts the mutants it never ran)")
+    if seconds is not None:
+        how = f"{children} workers on {os.cpu_count()} cores, {_minutes(seconds)}"
+    else:  # --last: each target's last run, with its time where it ran to the end
+        runs = ", ".join(f"{result.target} {_minutes(result.seconds) if result.seconds is not None else '(time unknown)'}"
+                         for result in results)
+        how = (f"--last: each target's last run ({runs}; \"other\" counts the mutants a stopped run never ran), "
+               f"{children} workers on {os.cpu_count()} cores")
     lines = [f"python -m course.authoring.mutation --write: mutmut {version('mutmut')}, {how}, "
              f"{time.strftime('%Y-%m-%d')}", "",
              f"{'file'.ljust(width)}  sha256        " + "  ".join(COLUMNS)]

@@ -182,7 +182,7 @@ def one_row_kernel(x: Tensor, weight: Tensor, name: str) -> Tensor:
     return y.reshape([*x.shape[:-1], rows])
 
 
-def quantize_model(model, state: dict[str, np.ndarray], name: str, kernel: bool = False) -> dict[str, Tensor]:
+def quantize_model(model, state: dict[str, np.ndarray], name: str, kernel: bool) -> dict[str, Tensor]:
     """Swaps every ``Linear`` in ``model`` and its ``head`` for quantized ones built from ``state``.
 
     ``state`` holds the checkpoint's float32 weights in MAX's layout and names (step
@@ -192,10 +192,10 @@ def quantize_model(model, state: dict[str, np.ndarray], name: str, kernel: bool 
     """
     swapped = {}
     # ANCHOR: swap
-    for path, module in [("", model), *model.descendants]:
+    for path, module in model.descendants:  # the blocks' Linears (GPT-2's root holds none)
         for attr, child in list(module.children):
             if isinstance(child, Linear):
-                full = f"{path}.{attr}" if path else attr
+                full = f"{path}.{attr}"
                 quantized = QuantizedLinear(state[f"{full}.weight"], state.get(f"{full}.bias"), name, kernel)
                 setattr(module, attr, quantized)
                 swapped |= {f"{full}.{key}": value for key, value in quantized.parameters}
@@ -220,12 +220,10 @@ def held_out(folder, tokenizer, n_positions: int, tokens: int) -> list[list[int]
     text = (own if own.is_file() else COURSE_MODEL / "heldout.txt").read_text(encoding="utf-8")
     ids, length = tokenizer.encode(text), min(n_positions, 256)
     windows = [ids[i : i + length] for i in range(0, len(ids) - 1, length)]
-    wanted = max(1, min(len(windows), -(-tokens // (length - 1))))
+    wanted = min(len(windows), -(-tokens // (length - 1)))  # the fewest windows: each predicts all but its first
     windows = [windows[round(i * len(windows) / wanted)] for i in range(wanted)]  # spread over every chapter
     out, left = [], tokens
     for window in windows:
-        if left <= 0:
-            break
         out.append(window[: left + 1])
         left -= len(out[-1]) - 1
     return out
