@@ -34,7 +34,11 @@ times come from a logits processor called once per token. Ours run
 With ``llama-cpp-python`` installed (the ``llama`` extra), llama.cpp runs the same
 checkpoint as a peer: written as GGUF, float32 and each ``--quantize`` format
 (``course.programs.llama``), timed the same way in its own process on the same prompt
-ids and thread count; a "× llama.cpp" column compares ours with it, format for format.
+ids and thread count, with its KV cache in the type of the course path it is compared
+with (the "KV cache" column: float32 for the f32 file, as the course's float32 paths;
+float16 for the quantized files, as the course's kernel paths, while its quantized paths
+through MAX's attention keep float32, the heavier); a "× llama.cpp" column compares
+ours with it, format for format.
 
 ``--quantize`` adds step 16's model and cache with its weights in GGUF block formats
 (``course.programs.quantize``), one path per format, with MAX's ``qmatmul``; on the CPU, a
