@@ -466,6 +466,24 @@ def test_bench_times_llama_cpp_beside_ours(checkpoint, bench_json):
 
 
 @pytest.mark.llama
+def test_llama_cpp_quantizes_without_its_log(checkpoint, tmp_path, capfd):
+    """llama.cpp's quantizer writes a line a tensor to stderr; bench keeps them out of its output, and the file
+    is the format asked for"""
+    import gguf
+
+    from course.programs import llama
+
+    f32 = llama.write_f32(checkpoint, tmp_path / "model-f32.gguf")
+    capfd.readouterr()
+    out = llama.quantize(f32, tmp_path / "model-q4_0.gguf", "q4_0")
+    printed = capfd.readouterr()
+    assert "llama_model_loader" not in printed.err + printed.out, printed.err[:300]
+    types = {tensor.tensor_type.name for tensor in gguf.GGUFReader(out).tensors
+             if len(tensor.shape) == 2 and tensor.name != "position_embd.weight"}  # wpe stays float32, as ours
+    assert types == {"Q4_0"}, f"the quantized file's matrices are {types}"
+
+
+@pytest.mark.llama
 def test_llama_cpp_keeps_its_cache_in_the_type_asked(checkpoint, tmp_path):
     """llama.cpp's context keeps its keys and values in the type bench asks for: float32 beside our float32 paths"""
     import llama_cpp

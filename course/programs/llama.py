@@ -21,8 +21,12 @@ formats, as the course's kernel paths.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,16 +98,36 @@ def write_f32(folder: Path, out: Path) -> Path:
 
 
 def quantize(f32: Path, out: Path, name: str) -> Path:
-    """``f32`` quantized by llama.cpp's own quantizer into ``name``'s format, every tensor in it (``pure``)."""
+    """``f32`` quantized by llama.cpp's own quantizer into ``name``'s format, every tensor in it (``pure``).
+    Its log (a line a tensor, written by C to the process's stderr) is kept out of bench's output, and shown
+    only if it fails."""
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, FILE_TYPES[name])
     params.nthread = threads()
     params.pure = True
-    if llama_cpp.llama_model_quantize(str(f32).encode(), str(out).encode(), params) != 0:
-        raise RuntimeError(f"llama.cpp could not quantize {f32} to {name}")
+    with tempfile.TemporaryFile() as log, io.StringIO() as logged:
+        with _stderr_to(log), contextlib.redirect_stderr(logged):  # C's writes, and llama-cpp-python's log callback
+            failed = llama_cpp.llama_model_quantize(str(f32).encode(), str(out).encode(), params) != 0
+        if failed:
+            log.seek(0)
+            tail = (log.read().decode(errors="replace") + logged.getvalue()).strip().splitlines()[-3:]
+            raise RuntimeError(f"llama.cpp could not quantize {f32} to {name}: {' / '.join(tail)}")
     return out
+
+
+@contextlib.contextmanager
+def _stderr_to(file):
+    """The process's stderr (file descriptor 2, where C code writes) sent to ``file`` for the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def files(folder: Path, scratch: Path, formats: list[str]) -> dict[str, Path]:
