@@ -86,13 +86,6 @@ PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
 #: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
 PEERS = {"cache": "llama_f32", "decode": "llama_f32", "kernel": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
 PEERS |= {f"kernel_{name}": f"llama_{name}" for name in QUANTIZE}
-#: Each path's KV cache: the type its keys and values are kept in. llama.cpp's follows its peers': float32 for the
-#: f32 file, as the course's float32 paths, float16 for the quantized files, as the kernel paths (like with like).
-#: The table shows what each worker reports (ours: the cache its runner allocated).
-KV_CACHE = {"hf": "float32", "no_cache": "none", "cache": "float32", "decode": "float32", "kernel": "float32",
-            "llama_f32": "float32"}
-KV_CACHE |= {f"{kind}_{name}": "float32" if kind == "cache" else "float16"
-             for kind in ("cache", "kernel", "llama") for name in QUANTIZE}
 #: The paths of Part II's Llama, and their labels.
 LLAMA_PATHS = {"hf": PATHS["hf"], "no_cache": "ours, no cache (steps 13, 22)", "cache": "ours, KV cache (step 24)"}
 err = Console(stderr=True, highlight=False)
@@ -113,9 +106,11 @@ def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: s
 
         config = json.loads((Path(model) / "config.json").read_text())
         prompt = _prompt(prompt_tokens, config["vocab_size"])
-        gguf = Path(gguf_dir) / f"model-{path.removeprefix('llama_')}.gguf"
-        times, tokens = llama.time_generation(gguf, prompt, new_tokens, config["n_positions"], KV_CACHE[path])
-        result = {"compile_s": 0.0, "kv_cache": KV_CACHE[path]}
+        name = path.removeprefix("llama_")
+        cache = llama_cache(name)
+        times, tokens = llama.time_generation(Path(gguf_dir) / f"model-{name}.gguf", prompt, new_tokens,
+                                              config["n_positions"], cache)
+        result = {"compile_s": 0.0, "kv_cache": cache}
     elif path == "hf":
         import torch
         import transformers
@@ -123,7 +118,7 @@ def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: s
         reference = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
         prompt = _prompt(prompt_tokens, reference.config.vocab_size)
         times, tokens = _time_hf(reference, prompt, new_tokens, device)
-        result = {"compile_s": 0.0, "kv_cache": KV_CACHE[path]}
+        result = {"compile_s": 0.0, "kv_cache": "float32"}
         if eval_tokens:
             context = getattr(reference.config, "n_positions", None) or reference.config.max_position_embeddings
             result["perplexity"] = _hf_perplexity(reference, _windows(model, context, eval_tokens))
@@ -132,6 +127,14 @@ def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: s
     steps = [b - a for a, b in zip(times, times[1:])]
     return result | {"prefill_ms": 1000 * (times[1] - times[0]), "decode_tok_s": len(steps[1:]) / sum(steps[1:]),
                      "step_ms": [1000 * s for s in steps[1:]], "tokens": tokens}
+
+
+def llama_cache(name: str) -> str:
+    """llama.cpp's KV cache for its ``name`` file (f32 or a format): the type of its peer's, the course's kernel path
+    in that format (like with like: float32 beside float32, float16 beside the quantized kernel paths)."""
+    from course.programs.build import cache_type
+
+    return cache_type(kernel=True, quantize=None if name == "f32" else name)
 
 
 def _time_hf(model, prompt, new_tokens, device: str) -> tuple[list[float], list[int]]:

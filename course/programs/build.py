@@ -57,6 +57,12 @@ def load(steps: dict[int, object], model: str, family: str = "gpt2"):
     return steps[23 if family == "llama" else 14].load_pretrained(model)
 
 
+def cache_type(kernel: bool, quantize: str | None) -> str:
+    """The type of step 16's KV cache on a road: float16 where the Mojo attention reads quantized weights' cache
+    (as llama.cpp keeps its), float32 otherwise (float32's road stays exact)."""
+    return "float16" if kernel and quantize else "float32"
+
+
 def compile_model(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None = None,
                   decode: bool = False, kernel: bool = False):
     """Step 11's model (or step 15's cached one, or with ``decode`` step 16's) with the checkpoint's
@@ -96,8 +102,7 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     if decode:
         from max.dtype import DType
 
-        half = kernel and quantize  # the quantized kernels' cache in float16; float32's stays float32
-        return steps[16].DecodeNextLogits(model, config, device, DType.float16 if half else DType.float32)
+        return steps[16].DecodeNextLogits(model, config, device, getattr(DType, cache_type(kernel, quantize)))
     if cached:
         return steps[15].CachedNextLogits(model, config, device)
     return steps[13].compile_next_logits(model, device)

@@ -14,7 +14,7 @@ keeps some matrices at higher precision: that is its Q4_K_M, not Q4_K).
 Timing matches the course's paths: the prompt's token ids go in as they are (no text,
 no BOS), greedy (temperature 0), one warm-up generation first, the prefill is the time
 to the first new token, decode tok/s counts the rest. The KV cache is in the type of
-the course path it is compared with (``bench.KV_CACHE``): float32 for the f32 file, as
+the course path it is compared with (``bench.llama_cache``): float32 for the f32 file, as
 the course's float32 paths keep theirs, float16 (llama.cpp's default) for the quantized
 formats, as the course's kernel paths.
 """
