@@ -506,6 +506,45 @@ def test_bench_without_llama_cpp_says_how_to_add_it():
     assert version == "None" and 'pip install -e ".[llama]"' in install and "pixi run -e llama bench" in install, result.stdout
 
 
+def test_bench_says_which_signal_killed_a_path():
+    """a path's process that dies of a signal gets its name in bench's line, and llama.cpp's SIGILL (AMX
+    that a virtual machine reports but faults on) the flags that rebuild it without"""
+    from course.programs.bench import NO_AMX, worker_failed
+
+    died = subprocess.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)"],
+                          capture_output=True, text=True, timeout=60)
+    assert died.returncode == -4, died
+    llama = worker_failed("llama_q4_0", died.returncode, died.stderr)
+    assert llama.startswith("bench: the llama_q4_0 process failed: it was killed by SIGILL, "), llama
+    assert f'CFLAGS="{NO_AMX}" CXXFLAGS="{NO_AMX}" pip install --force-reinstall' in llama, llama
+    ours = worker_failed("kernel_q6_k", died.returncode, died.stderr)
+    assert ours == "bench: the kernel_q6_k process failed: it was killed by SIGILL", ours
+    failed = subprocess.run([sys.executable, "-c", "import sys; sys.exit('no weights in /nowhere')"],
+                            capture_output=True, text=True, timeout=60)
+    said = worker_failed("cache", failed.returncode, failed.stderr)
+    assert said == "bench: the cache process failed: no weights in /nowhere", said
+
+
+def test_no_amx_flags_turn_off_what_march_native_turns_on():
+    """bench's NO_AMX, which CI builds llama.cpp with, turns AMX off in GCC however -march=native comes after it,
+    and nothing else: the macros C code tests are -march=native's less the AMX ones"""
+    from course.programs.bench import NO_AMX
+
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no gcc here: llama.cpp's build needs one, and this check reads its macros")
+
+    def macros(*flags: str) -> set[str]:
+        out = subprocess.run([gcc, *flags, "-dM", "-E", "-"], input="", capture_output=True, text=True, check=True)
+        return {line.split()[1] for line in out.stdout.splitlines()}
+
+    native = macros("-march=native")
+    for flags in ([*NO_AMX.split(), "-march=native"], ["-march=native", *NO_AMX.split()]):
+        without = macros(*flags)
+        assert not {m for m in without if "AMX" in m}, (flags, sorted(m for m in without if "AMX" in m))
+        assert without == {m for m in native if "AMX" not in m}, (flags, sorted(without ^ native))
+
+
 def test_kernels_without_a_mojo_compiler_say_so(monkeypatch, tmp_path):
     """course.runtime.kernels() with no `mojo` to be found: one line that names the package that brings it"""
     from course import runtime

@@ -209,7 +209,8 @@ def test_quantized_linear_matches_numpy(name, linear_case):
 def test_the_mojo_kernel_matches_numpy(name, mojo_kernels):
     """QuantizedLinear with the course's Mojo kernel (one row, in a compiled graph) gives x @ W.T + b for the weights
     the blocks stand for, as MAX's qmatmul does (both round x to 8 bits), with a row that is all zero and a row
-    zero in one block; 450 rows (more than a row's 420 bytes), padded to 480, split between the cores"""
+    zero in one block; 450 rows (more than a row's 420 bytes), padded to 480, split between the cores; and 11 rows,
+    unpadded, which the kernel takes four at a time and the rest one by one"""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental.tensor import Tensor, TensorType
@@ -233,6 +234,14 @@ def test_the_mojo_kernel_matches_numpy(name, mojo_kernels):
     print(f"{name}: the kernel's largest |Δ| = {worst:.2%} of the largest output (bound 3%); from qmatmul's {apart:.2e}")
     assert worst <= 0.03, f"{name}: the Mojo kernel vs x @ dequantized(W).T + b: largest |Δ| is {worst:.1%} of the largest output"
     assert apart <= 1e-5, f"{name}: the Mojo kernel vs MAX's qmatmul: largest |Δ| is {apart:.2e} of the largest output"
+    # 11 rows, unpadded: on 2 cores bands of 5 and 6, each one group of four rows and the rest one at a time
+    linear = QuantizedLinear(weight[:11], bias[:11], name, kernel=True)
+    linear.weight, linear.out_dim = Tensor.from_dlpack(quantize_rows(weight[:11], name)), 11
+    run = linear.compile(TensorType(DType.float32, list(x.shape), CPU()))
+    few = np.asarray(run(Tensor.from_dlpack(x)).to_numpy())
+    worst_few = np.abs(few - got[False][..., :11]).max(axis=(0, 1)) / np.abs(expected).max()
+    assert worst_few.max() <= 1e-5, (f"{name}: the Mojo kernel on 11 rows vs qmatmul: rows {np.flatnonzero(worst_few > 1e-5).tolist()} "
+                                     f"differ, by up to {worst_few.max():.2e} of the largest output")
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@
 # A quantized decode step still reads every weight once, but a weight is now 6.6 bits,
 # and unpacking it costs about as much as reading it: inside the model MAX's own q6_k
 # product is slower than memory. This kernel does as llama.cpp does: it rounds the row x
-# to 8 bits once (a scale for each block of 256), multiplies bytes by bytes (VNNI's
-# vpdpbusd: 64 products, summed four by four, in one instruction), and applies the
-# weights' scales once for each group of 16 weights, never to each weight.
+# to 8 bits once (a scale for each block of 256), multiplies bytes by bytes (vpmaddubsw:
+# 64 products, summed two by two, in one instruction), applies the weights' scales to
+# those sums (vpmaddwd), once for each pair of weights, never to each weight, and takes
+# four rows of W at a time, so that four rows' loads are in flight while one waits.
 # (The same for q4_0 measured slower than MAX's own q4_0 product: chapter 16.)
 
 import extensibility as compiler
@@ -18,35 +19,44 @@ from std.sys import CompilationTarget, llvm_intrinsic
 from std.sys.info import num_physical_cores
 from std.sys.intrinsics import PrefetchOptions, prefetch
 
-comptime AHEAD = 4  # rows ahead that the prefetch asks for
+comptime ROWS = 4  # rows of W at a time: four sums in flight, x read once for them
+comptime AHEAD = 8  # rows ahead that the prefetch asks for: the next two groups of four
 
 
 @always_inline
-def dot4(q: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
-    """Lane j: q[4j] * x[4j] + … + q[4j + 3] * x[4j + 3], unsigned bytes times signed ones."""
-    comptime if CompilationTarget.has_vnni():  # one instruction, vpdpbusd
-        return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](
-            SIMD[DType.int32, 16](0), q, bitcast[DType.uint8, 64](x))
+def pairs_of_bytes(q: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int16, 32]:
+    """Lane i: q[2i] * x[2i] + q[2i + 1] * x[2i + 1], unsigned bytes times signed ones, in 16 bits."""
+    comptime if CompilationTarget.has_avx512f():  # one instruction, vpmaddubsw
+        return llvm_intrinsic["llvm.x86.avx512.pmaddubs.w.512", SIMD[DType.int16, 32]](q, x)
     else:  # anywhere else (an ARM Mac, say): the same sums, as plain integer arithmetic
-        var products = q.cast[DType.int32]() * x.cast[DType.int32]()
-        var pairs = products.deinterleave()
-        var fours = (pairs[0] + pairs[1]).deinterleave()
-        return fours[0] + fours[1]
+        var products = (q.cast[DType.int16]() * x.cast[DType.int16]()).deinterleave()
+        return products[0] + products[1]
+
+
+@always_inline
+def pairs_of_shorts(a: SIMD[DType.int16, 32], b: SIMD[DType.int16, 32]) -> SIMD[DType.int32, 16]:
+    """Lane i: a[2i] * b[2i] + a[2i + 1] * b[2i + 1], in 32 bits."""
+    comptime if CompilationTarget.has_avx512f():  # one instruction, vpmaddwd
+        return llvm_intrinsic["llvm.x86.avx512.pmaddw.d.512", SIMD[DType.int32, 16]](a, b)
+    else:
+        var products = (a.cast[DType.int32]() * b.cast[DType.int32]()).deinterleave()
+        return products[0] + products[1]
 
 
 struct EightBitRow(Movable):
     """The row x rounded to 8 bits as q6_k's partner: a scale for each block of 256 values, and
-    the sum of each group of 16 rounded values (for the + 32 that q6_k stores its weights with)."""
+    32 times the sum of each pair of rounded values (q6_k stores its weights as q + 32)."""
 
     var values: List[Int8]
     var scales: List[Float32]
-    var sums: List[Int32]
+    var offsets: List[Int16]
 
     def __init__(out self, row: UnsafePointer[Float32, _], k: Int):
         self.values = List[Int8](length=k, fill=0)
         self.scales = List[Float32](length=k // 256, fill=0)
-        self.sums = List[Int32](length=k // 16, fill=0)
+        self.offsets = List[Int16](length=k // 2, fill=0)
         var values = self.values.unsafe_ptr()
+        var offsets = self.offsets.unsafe_ptr()
         for b in range(k // 256):
             var largest = SIMD[DType.float32, 16](0)
             for i in range(256 * b, 256 * (b + 1), 16):
@@ -57,18 +67,20 @@ struct EightBitRow(Movable):
             for i in range(256 * b, 256 * (b + 1), 16):
                 var rounded = round(row.load[width=16](i) * inverse).cast[DType.int32]()
                 values.store(i, rounded.cast[DType.int8]())
-                self.sums[i // 16] = rounded.reduce_add()
+                var pairs = rounded.deinterleave()
+                offsets.store(i // 2, (32 * (pairs[0] + pairs[1])).cast[DType.int16]())
 
 
 # ANCHOR: q6_k
 @always_inline
-def q6_k_block(p: UnsafePointer[UInt8, _], x: UnsafePointer[Int8, _], sums: UnsafePointer[Int32, _]) -> SIMD[DType.int32, 16]:
+def q6_k_block(p: UnsafePointer[UInt8, _], x: UnsafePointer[Int8, _], offsets: UnsafePointer[Int16, _]) -> SIMD[DType.int32, 16]:
     """One q6_k block (256 weights in 210 bytes) times 256 values of x in 8 bits: 16 lanes whose sum is
     the dot product, before the block's two scales (the weights' d and x's)."""
     # The layout: ql [128] (each weight's low 4 bits), qh [64] (its high 2 bits), 16 int8 scales, d.
     # A half of 128 weights takes 64 bytes of ql and 32 of qh; weight l + 32 m of the half (l < 32)
     # is ql's low (m = 0, 1) or high (m = 2, 3) nibble of byte l + 32 (m % 2), below qh's bits 2m, 2m + 1 of byte l.
-    var scales = bitcast[DType.int8, 16](p.load[width=16](192))
+    var scales = bitcast[DType.int8, 16](p.load[width=16](192)).cast[DType.int16]()
+    var twice = scales.join(scales)  # 32 lanes, for the shuffles below
     # The bit work runs on 16-bit lanes, two weights a lane (x86 has no 8-bit shifts); the masks
     # keep each byte's bits apart. The first 32 bytes of a half take qh's bits 0-1 (q0) or 4-5
     # (q2), the next 32 its bits 2-3 (q1) or 6-7 (q3).
@@ -83,16 +95,29 @@ def q6_k_block(p: UnsafePointer[UInt8, _], x: UnsafePointer[Int8, _], sums: Unsa
         var q23 = ((low >> 4) & 0x0F0F) | (((high >> shift23) & 0x0303) << 4)  # 64-127
         var x0 = bitcast[DType.int8, 64](x.bitcast[UInt8]().load[width=64](128 * half))
         var x1 = bitcast[DType.int8, 64](x.bitcast[UInt8]().load[width=64](128 * half + 64))
-        # Lane j of a dot4 sums 4 weights of group j // 4 (16 weights a group): its scale, four times.
+        # Each pair's sum of q x, less 32 times its x (the + 32 the weights are stored with), then
+        # times its group's scale: lane i of a pair sum holds weights 2i, 2i + 1, of group i // 8.
         comptime s = 8 * half
-        var first = scales.shuffle[s, s, s, s, s + 1, s + 1, s + 1, s + 1,
-                                   s + 2, s + 2, s + 2, s + 2, s + 3, s + 3, s + 3, s + 3]()
-        var second = scales.shuffle[s + 4, s + 4, s + 4, s + 4, s + 5, s + 5, s + 5, s + 5,
-                                    s + 6, s + 6, s + 6, s + 6, s + 7, s + 7, s + 7, s + 7]()
-        acc += dot4(bitcast[DType.uint8, 64](q01), x0) * first.cast[DType.int32]()
-        acc += dot4(bitcast[DType.uint8, 64](q23), x1) * second.cast[DType.int32]()
-    # The weights are stored as q + 32: take 32 times each group's sum of x, times its scale, back off.
-    return acc - 32 * scales.cast[DType.int32]() * sums.load[width=16]()
+        var first = twice.shuffle[s, s, s, s, s, s, s, s, s + 1, s + 1, s + 1, s + 1, s + 1, s + 1, s + 1, s + 1,
+                                  s + 2, s + 2, s + 2, s + 2, s + 2, s + 2, s + 2, s + 2,
+                                  s + 3, s + 3, s + 3, s + 3, s + 3, s + 3, s + 3, s + 3]()
+        var second = twice.shuffle[s + 4, s + 4, s + 4, s + 4, s + 4, s + 4, s + 4, s + 4,
+                                   s + 5, s + 5, s + 5, s + 5, s + 5, s + 5, s + 5, s + 5,
+                                   s + 6, s + 6, s + 6, s + 6, s + 6, s + 6, s + 6, s + 6,
+                                   s + 7, s + 7, s + 7, s + 7, s + 7, s + 7, s + 7, s + 7]()
+        var o0 = offsets.load[width=32](64 * half)
+        var o1 = offsets.load[width=32](64 * half + 32)
+        acc += pairs_of_shorts(pairs_of_bytes(bitcast[DType.uint8, 64](q01), x0) - o0, first)
+        acc += pairs_of_shorts(pairs_of_bytes(bitcast[DType.uint8, 64](q23), x1) - o1, second)
+    return acc
+
+
+@always_inline
+def scaled_block(p: UnsafePointer[UInt8, _], x: UnsafePointer[Int8, _], offsets: UnsafePointer[Int16, _],
+                 scale: Float32) -> SIMD[DType.float32, 16]:
+    """q6_k_block with both scales applied: the block's d and x's ``scale``."""
+    var d = (p + 208).bitcast[Float16]().load().cast[DType.float32]() * scale
+    return q6_k_block(p, x, offsets).cast[DType.float32]() * d
 
 
 @compiler.register("one_row_q6_k")
@@ -112,22 +137,41 @@ struct OneRowQ6K:
         var row = EightBitRow(x.unsafe_ptr(), k)
         var values = row.values.unsafe_ptr()
         var scales = row.scales.unsafe_ptr()
-        var sums = row.sums.unsafe_ptr()
+        var offsets = row.offsets.unsafe_ptr()
         var out = y.unsafe_ptr()
         var weights = w.unsafe_ptr()
         var cores = num_physical_cores()
 
         def band(core: Int) {imm}:  # each core one contiguous band of W's rows
-            for r in range(n * core // cores, n * (core + 1) // cores):
+            var r = n * core // cores
+            var end = n * (core + 1) // cores
+            while r + ROWS <= end:
+                var t0 = SIMD[DType.float32, 16](0)
+                var t1 = SIMD[DType.float32, 16](0)
+                var t2 = SIMD[DType.float32, 16](0)
+                var t3 = SIMD[DType.float32, 16](0)
                 var p = weights + r * stride
-                var total = SIMD[DType.float32, 16](0)
                 for b in range(k // 256):
                     var block = p + 210 * b
-                    comptime for line in range(0, 210, 64):
-                        prefetch[PrefetchOptions().for_read().low_locality()](block + AHEAD * stride + line)
-                    var d = (block + 208).bitcast[Float16]().load().cast[DType.float32]() * scales.load(b)
-                    total += q6_k_block(block, values + 256 * b, sums + 16 * b).cast[DType.float32]() * d
+                    comptime for ahead in range(AHEAD, AHEAD + ROWS):
+                        comptime for line in range(0, 210, 64):
+                            prefetch[PrefetchOptions().for_read().low_locality()](block + ahead * stride + line)
+                    var xb, ob, xs = values + 256 * b, offsets + 128 * b, scales.load(b)
+                    t0 += scaled_block(block, xb, ob, xs)
+                    t1 += scaled_block(block + stride, xb, ob, xs)
+                    t2 += scaled_block(block + 2 * stride, xb, ob, xs)
+                    t3 += scaled_block(block + 3 * stride, xb, ob, xs)
+                out.store(r, t0.reduce_add())
+                out.store(r + 1, t1.reduce_add())
+                out.store(r + 2, t2.reduce_add())
+                out.store(r + 3, t3.reduce_add())
+                r += ROWS
+            while r < end:  # the last rows of the band, one at a time
+                var total = SIMD[DType.float32, 16](0)
+                for b in range(k // 256):
+                    total += scaled_block(weights + r * stride + 210 * b, values + 256 * b, offsets + 128 * b, scales.load(b))
                 out.store(r, total.reduce_add())
+                r += 1
 
         sync_parallelize(band, cores)
         _ = row^  # x's 8 bits live until every core is done

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -239,9 +240,31 @@ def _run_worker(path: str, args, model: str, accuracy: bool = False) -> dict:
     command += ["--gguf-dir", args.gguf_dir] if args.gguf_dir else []
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
-        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SystemExit(f"bench: the {path} process failed: {tail}")
+        raise SystemExit(worker_failed(path, result.returncode, result.stderr))
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+#: How to build llama.cpp without AMX: GCC's -mno-* options win over the -march=native of its build.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def worker_failed(path: str, returncode: int, stderr: str) -> str:
+    """bench's one line for a path's process that failed: its last line of stderr, or the signal that killed it.
+
+    A process killed by SIGILL ran an instruction the processor refused. For llama.cpp that is AMX: built
+    with -march=native on a processor that reports AMX, it multiplies quantized weights with AMX tiles, and
+    some virtual machines report AMX but fault on it (seen on 2-core cloud VMs; its f32 file still runs)."""
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        why = f"it was killed by {name}"
+        if name == "SIGILL" and path.startswith("llama"):
+            return (f"bench: the {path} process failed: {why}, an instruction this processor refused: llama.cpp "
+                    f"was built for this machine's AMX, which it reports but does not run. Rebuild it without: "
+                    f'CFLAGS="{NO_AMX}" CXXFLAGS="{NO_AMX}" pip install --force-reinstall --no-cache-dir '
+                    f'"llama-cpp-python>=0.3.16,<0.4"')
+        return f"bench: the {path} process failed: {why}"
+    tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
+    return f"bench: the {path} process failed: {tail}"
 
 
 def _refuse_unfair_gpu(device: str) -> None:
