@@ -445,7 +445,8 @@ PLANTED = {
     ),
     "a temperature of 5e-324 let through": (
         13, "    if 0 < temperature < smallest:", "    if False:",
-        r"next_token\(…, temperature=5e-324\) raised ValueError\(.*\), which does not name the temperature",
+        r"next_token\(…, temperature=1\.89\d*e-270\) was accepted, but a float32 logit divided by it can overflow — "
+        r"keep the given check at the top of next_token",
     ),
     "sampling ignores the filters": (
         13,
@@ -483,6 +484,16 @@ PLANTED = {
     "the sampler re-seeded at every step": (
         13, "next_token(next_logits(ids), rng,", "next_token(next_logits(ids), np.random.default_rng(seed),",
         r"generate\(seed=7\) drew token \d+ all 16 times: the generator starts over at each step .* — TODO 5 in ",
+    ),
+    # Found by mutation testing (course.authoring.mutation): the two survivors of step 13's TODO code a learner could write.
+    "top-p's softmax without subtracting the largest logit": (
+        13, "p = np.exp(logits[order] - logits[order[0]])", "p = np.exp(logits[order])",
+        r"filter_logits \(T=1e-4, top-p 0\.9\) keeps 320 tokens, Hugging Face keeps 1 token: its np\.exp overflows.*"
+        r" — TODO 3 in steps/step_13_generation\.py, line \d+",
+    ),
+    "generate leaves top_p out": (
+        13, "rng, temperature, top_k, top_p)", "rng, temperature, top_k)",
+        r"generate\(…, top_p=1e-09, seed=11\) gave .*: pass temperature, top_k and top_p on to next_token — TODO 5 in ",
     ),
     # Step 15. Each is caught eagerly, before the cached model is compiled: none compiles a new graph.
     "cached mask blocks the past": (

@@ -50,3 +50,60 @@ def test_only_a_messages_words_are_set_aside(mutated, rewords):
     message: not a comparison, a key, a string the code uses, or the message's parts"""
     assert mutated != FUNCTION
     assert rewords_a_message(FUNCTION, mutated) is rewords, mutated
+
+
+SOLUTION = '''def pick(logits, temperature):
+    """Picks a token (given code around one TODO)."""
+    if temperature < 0:  # given
+        raise ValueError(f"temperature must be 0 or more, got {temperature}")
+    # TODO 4: Return the largest logit's index.
+    # Hint: np.argmax.
+    # ANCHOR: pick | stub: return None
+    best = int(np.argmax(logits))
+    return best
+    # ANCHOR_END: pick
+
+
+def after(x):
+    return x + 1
+'''
+
+
+def test_a_solutions_todo_code_is_told_from_its_given_code():
+    """the lines inside an ANCHOR ... | stub: block are its TODO's code, and a mutant there is counted as that
+    TODO's; the lines around it, the given code, are no TODO's"""
+    from course.authoring.mutation import _changed_line, _function_lines, todo_lines
+
+    lines = SOLUTION.splitlines()
+    todos = todo_lines(SOLUTION)
+    assert todos == {lines.index("    best = int(np.argmax(logits))") + 1: 4, lines.index("    return best") + 1: 4}, todos
+    starts = _function_lines(SOLUTION)
+    assert starts == {"x_pick": 1, "x_after": lines.index("def after(x):") + 1}, starts
+    function = "\n".join(lines[:10])
+    for line, mutated, todo in (("    best = int(np.argmax(logits))", "    best = int(np.argmin(logits))", 4),
+                                ("    if temperature < 0:  # given", "    if temperature <= 0:  # given", None)):
+        import difflib
+
+        diff = "\n".join(difflib.unified_diff(function.splitlines(), function.replace(line, mutated).splitlines(),
+                                              lineterm=""))
+        where = _changed_line(function, diff, starts["x_pick"])
+        assert where == lines.index(line) + 1, (line, where)
+        assert todos.get(where) == todo, (line, todos.get(where))
+
+
+def test_writing_one_target_keeps_the_others_lines():
+    """--write with one target rewrites its lines and keeps every other target's as the summary had them"""
+    from course.authoring.mutation import Mutant, Result, kept_lines, summary
+
+    def result(target: str, verdicts: list[str], todo: int | None = None) -> Result:
+        mutants = [Mutant(f"m{i}", "x_f", f"a = {i}", f"a = {i + 1}", "", status, "why" if status == "equivalent" else "",
+                       todo) for i, status in enumerate(verdicts)]
+        return Result(target, "0123456789ab", mutants, seconds=75.0, finished=0.0)
+
+    first, second = list(TARGETS)[0], list(TARGETS)[-1]
+    before = summary([result(first, ["killed", "survived", "equivalent"]), result(second, ["killed"], todo=3)], 2)
+    assert f"  {first} x_f (survived): `a = 1` -> `a = 2`" in before and "  its TODO code" in before, before
+    again = summary([result(second, ["killed"], todo=3)], 2, kept_lines(before, [first]))
+    assert again == before, f"{before}\n---\n{again}"
+    rerun = summary([result(first, ["killed", "killed", "equivalent"])], 2, kept_lines(before, [second]))
+    assert "survived" not in rerun.split("Not killed")[1] and "  its TODO code" in rerun, rerun

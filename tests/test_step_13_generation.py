@@ -67,6 +67,8 @@ SETTINGS = {
     "top-p 0.8": dict(temperature=1.0, top_k=0, top_p=0.8),
     "top-p 0.3": dict(temperature=1.0, top_k=0, top_p=0.3),
     "T=1.3, top-k 10, top-p 0.6": dict(temperature=1.3, top_k=10, top_p=0.6),
+    # Tempered logits in the tens of thousands: top-p's softmax overflows unless it subtracts the largest.
+    "T=1e-4, top-p 0.9": dict(temperature=1e-4, top_k=0, top_p=0.9),
 }
 
 
@@ -217,6 +219,10 @@ def check_filter(step, row: np.ndarray, name: str, temperature: float = 1.0, top
         counts = f"{what} keeps {_tokens(int(kept.sum()))}, Hugging Face keeps {_tokens(int(should.sum()))}"
         if mistake := _named(filter_logits, row, settings, got):
             fail(f"{counts}: {mistake.says} — {todo_label(mistake.todo, step.__file__)}")
+        if where := _overflow(filter_logits, row, settings):
+            fail(f"{counts}: its np.exp overflows, since the tempered logits reach {np.abs(row).max() / temperature:.1e} "
+                 f"and np.exp of anything above 709 is inf (inf / inf is NaN, and NaN never reaches top_p); subtract "
+                 f"the largest logit before np.exp, so that the largest becomes exp(0) = 1 — {where}")
         extra, missing = int((kept & ~should).sum()), int((should & ~kept).sum())
         fail(f"{counts}: {extra} should be cut (-inf) and {missing} should stay — "
              f"{todo_label(_cut_todos(filter_logits, row, **settings), step.__file__)}")
@@ -302,8 +308,9 @@ def test_one_row_at_a_time(step):
         try:
             fn(batch, **kwargs)
         except ValueError as error:
-            if "row" not in str(error):
-                fail(f"{what} raised ValueError({str(error)!r}), which does not say that it takes one row")
+            if "row" not in str(error) or str(list(batch.shape)) not in str(error):
+                fail(f"{what} raised ValueError({str(error)!r}), which does not say that it takes one row, and the "
+                     f"shape it got, {list(batch.shape)} — keep the given check at the top of {name}")
             continue
         except Exception as error:  # noqa: BLE001 - reported, with the line that raised it
             fail(f"{what} raised {explain_exception(error, step.__file__)}; expected a clear ValueError saying that "
@@ -427,17 +434,19 @@ def test_sampled_frequencies_match_the_distribution(step, name, record_property)
         )
 
 
-def _overflow(next_token, row: np.ndarray, temperature: float) -> str | None:
-    """Where NumPy overflows inside next_token at this temperature (``TODO n in …, line m``), if it does."""
+def _overflow(fn, row: np.ndarray, settings: dict) -> str | None:
+    """Where NumPy overflows inside ``fn`` (next_token or filter_logits) on this row with these settings
+    (``TODO n in …, line m``), if it does."""
+    args = (row.copy(), np.random.default_rng(0)) if fn.__name__ == "next_token" else (row.copy(),)
     with np.errstate(over="raise"):
         try:
-            next_token(row, np.random.default_rng(0), temperature=temperature)
+            fn(*args, **settings)
         except FloatingPointError as error:
-            path = inspect.getsourcefile(next_token)
+            path = inspect.getsourcefile(fn)
             lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == path]
             if lines:
                 return f"{todo_label(todo_above(path, lines[-1]), path)}, line {lines[-1]}"
-            return todo_in(next_token)
+            return todo_in(fn)
         except Exception:  # noqa: BLE001 - not an overflow: the caller reports it
             return None
     return None
@@ -454,7 +463,7 @@ def test_tiny_temperatures(step):
                 got = next_token(row, rng, temperature=temperature)
             except Exception:  # noqa: BLE001 - an overflow is named below; anything else by call()
                 got = None
-            if got != int(np.argmax(row)) and (where := _overflow(next_token, row, temperature)):
+            if got != int(np.argmax(row)) and (where := _overflow(next_token, row, dict(temperature=temperature))):
                 fail(f"{what} overflows: the tempered logits reach {np.abs(row).max() / temperature:.1e}, and "
                      f"np.exp of anything above 709 is inf (inf / inf is NaN); subtract the largest logit before "
                      f"np.exp, so that the largest becomes exp(0) = 1 — {where}")
@@ -462,6 +471,21 @@ def test_tiny_temperatures(step):
             if got != int(np.argmax(row)):
                 fail(f"{what} picked token {got} on row {i}, but at a temperature this close to 0 sampling is "
                      f"greedy: the largest logit is token {int(np.argmax(row))} — {todo_in(next_token)}")
+    bound = float(np.finfo(np.float32).max / np.finfo(np.float64).max)  # float32's largest / it is float64's largest
+    for temperature, refused in ((bound, False), (float(np.nextafter(bound, 0.0)), True)):
+        try:
+            next_token(_rows(1)[0], rng, temperature=temperature)
+        except ValueError as error:
+            if not refused:
+                fail(f"next_token(…, temperature={temperature!r}) was refused ({error}), but no float32 logit divided by "
+                     f"it overflows: the given check refuses only temperatures below {bound!r} — keep it as given")
+            if f"{bound:.1e}" not in str(error):
+                fail(f"next_token(…, temperature={temperature!r}) was refused with {str(error)!r}, which does not "
+                     f"name the bound {bound:.1e} — keep the given check at the top of next_token")
+            continue
+        if refused:
+            fail(f"next_token(…, temperature={temperature!r}) was accepted, but a float32 logit divided by it can "
+                 "overflow — keep the given check at the top of next_token")
     what = "next_token(…, temperature=5e-324)"  # logits / 5e-324 overflows to inf, and inf - inf is NaN
     try:
         next_token(_rows(1)[0], rng, temperature=5e-324)
@@ -557,20 +581,74 @@ def test_same_seed_same_tokens(step):
              f"the loop), so each step repeats the first draw; make it once, before the loop — {todo_in(step.generate)}")
 
 
+def test_the_defaults_switch_the_filters_off(step):
+    """filter_logits, next_token and generate, given no sampling settings, temper at 1 and filter nothing
+
+    The defaults are the signatures' (given code): temperature 1, top_k 0 and top_p 1 (generate's temperature: 0)."""
+    row = _rows(1, size=12, seed=3)[0]
+    filter_logits, next_token = attribute(step, "filter_logits"), attribute(step, "next_token")
+    got = np.asarray(call(filter_logits, row.copy(), what="filter_logits(row)"), dtype=np.float64)
+    assert_close(got, row.astype(np.float64), "filter_logits(row), its defaults: temperature 1, no top-k, no top-p")
+    plain = dict(temperature=1.0, top_k=0, top_p=1.0)
+    drawn = [[_pick(step, row, rng, settings) for _ in range(40)]
+             for rng, settings in ((np.random.default_rng(5), {}), (np.random.default_rng(5), plain))]
+    if drawn[0] != drawn[1]:
+        fail(f"next_token(row, rng) drew {drawn[0][:8]}…, next_token(row, rng, {plain}) with a generator seeded "
+             f"alike {drawn[1][:8]}…: the signature's defaults are temperature 1, top_k 0, top_p 1 — keep them as given")
+    made = [_generate(step, stand_in, [5, 9], 16, seed=7, eos_id=EOS, **settings)
+            for settings in (dict(temperature=1.0), plain)]
+    if made[0] != made[1]:
+        fail(f"generate(…, temperature=1.0, seed=7) gave {made[0][:8]}…, and with top_k=0, top_p=1.0 too "
+             f"{made[1][:8]}…: generate's defaults are top_k 0 and top_p 1 (no filter) — keep them as given")
+
+
+@pytest.mark.parametrize("setting", [dict(top_k=1), dict(top_p=1e-9), dict(temperature=1e-4)],
+                         ids=["top_k=1", "top_p=1e-9", "temperature=1e-4"])
+def test_every_sampling_setting_reaches_next_token(step, setting):
+    """generate samples with its temperature, top_k and top_p: each one here leaves only the likeliest token"""
+    settings = dict(dict(temperature=1.0, top_k=0, top_p=1.0), **setting)
+    got = _generate(step, stand_in, [3, 1, 4], 12, seed=11, eos_id=EOS, **settings)
+    greedy = _generate(step, stand_in, [3, 1, 4], 12, eos_id=EOS, temperature=0.0)
+    if got != greedy:
+        (name, value), = setting.items()
+        fail(f"generate(…, {name}={value}, seed=11) gave {got[:8]}…, but {name}={value} leaves only the likeliest "
+             f"token to draw, so the tokens should be greedy's, {greedy[:8]}…: pass temperature, top_k and top_p on "
+             f"to next_token — {todo_in(step.generate)}")
+
+
+def test_the_context_can_be_filled_exactly(step):
+    """generate accepts 0 new tokens, a prompt as long as the context, and a text that fills the context exactly
+
+    The given check (check_lengths) refuses only what does not fit."""
+    n = GEN["n_positions"]
+    for prompt, new in (([1, 2, 3], 0), ([1] * n, 0), ([1, 2, 3], n - 3)):
+        got = _generate(step, stand_in, prompt, new, n_positions=n)
+        if len(got) != new:
+            fail(f"generate(a {len(prompt)}-token prompt, max_new_tokens={new}, n_positions={n}) yielded {len(got)} "
+                 f"tokens — {todo_in(step.generate)}")
+
+
+#: A bad input -> (generate's arguments, what its refusal must say: the setting and the value given).
 BAD_INPUT = {
-    "negative temperature": (dict(temperature=-0.5), "temperature"),
-    "negative top-k": (dict(temperature=1.0, top_k=-1), "top-k"),
-    "top-p 0": (dict(temperature=1.0, top_p=0.0), "top-p"),
-    "top-p above 1": (dict(temperature=1.0, top_p=1.5), "top-p"),
-    "empty prompt": (dict(prompt=[]), "prompt"),
-    "longer than the context": (dict(max_new_tokens=GEN["n_positions"]), "positions"),
+    "negative temperature": (dict(temperature=-0.5), ("temperature", "-0.5")),
+    "negative top-k": (dict(temperature=1.0, top_k=-1), ("top-k", "-1")),
+    "top-k a fraction": (dict(temperature=1.0, top_k=2.5), ("top-k", "2.5")),
+    "top-k True": (dict(temperature=1.0, top_k=True), ("top-k", "True")),
+    "top-p 0": (dict(temperature=1.0, top_p=0.0), ("top-p", "0.0")),
+    "top-p above 1": (dict(temperature=1.0, top_p=1.5), ("top-p", "1.5")),
+    "empty prompt": (dict(prompt=[]), ("prompt",)),
+    "negative max_new_tokens": (dict(max_new_tokens=-1), ("max_new_tokens", "-1")),
+    "a prompt longer than the context": (dict(prompt=[1] * (GEN["n_positions"] + 1), max_new_tokens=0),
+                                         (f"{GEN['n_positions'] + 1} tokens", f"{GEN['n_positions']} positions")),
+    "longer than the context": (dict(max_new_tokens=GEN["n_positions"]),
+                                (f"{GEN['n_positions']} positions", f"at most {GEN['n_positions'] - 3} new tokens")),
 }
 
 
 @pytest.mark.parametrize("name", list(BAD_INPUT))
 def test_rejects_bad_input(step, name):
     """a bad sampling setting, an empty prompt, or too many tokens raise a clear ValueError"""
-    settings, word = BAD_INPUT[name]
+    settings, words = BAD_INPUT[name]
     settings = dict(settings)
     prompt = settings.pop("prompt", [1, 2, 3])
     new = settings.pop("max_new_tokens", 4)
@@ -581,8 +659,9 @@ def test_rejects_bad_input(step, name):
         what=f"generate with {name}",
         why=f"{name} cannot generate anything meaningful",
     )
-    if word not in message:
-        fail(f"generate with {name} raised ValueError({message!r}), which does not name the {word}")
+    if missing := [word for word in words if word not in message]:
+        fail(f"generate with {name} raised ValueError({message!r}), which does not say {' or '.join(missing)} "
+             "— keep the given checks (check_sampling, check_lengths) as given")
 
 
 # --- the compiled model against Hugging Face's generate -------------------------------------

@@ -9,6 +9,7 @@ mutant is either killed by a new or sharper check of what a user sees, or listed
     python -m course.authoring.mutation                         # every target; exit 1 on a survivor
     python -m course.authoring.mutation course/checkpoints.py   # one target
     python -m course.authoring.mutation --write                 # and rewrite the summary the appendix shows
+    python -m course.authoring.mutation course/weights.py --write   # its lines only; the others' kept
     pixi run -e mutation mutation [--write]                     # the same, with pixi
 
 The tool is mutmut 3 (``pip install -e .[mutation]``). For each target this module:
@@ -29,6 +30,13 @@ server, warmed with the imports that do survive one (NumPy, PyTorch, transformer
 tokenizers: ``mutation_preload.txt``), and each mutant loads MAX anew; a small pytest
 plugin restores the SIGINT handler that the fork server turns off, which the course
 needs for fast eager ops (``course/runtime.py``).
+
+A solution file (``solutions/step_13_generation.py``) is a target too. Its lines inside an
+``ANCHOR: name | stub: ...`` block are the learner's TODO code, counted apart from the given
+code around them: a TODO's surviving mutant is a mistake the step's check would not name.
+Tests import a solution as a top-level module (``step_13_generation``, with ``solutions/`` on
+``sys.path``), while mutmut names a mutant by its file's path; so the copy keeps the solutions
+in ``src/``, whose prefix mutmut drops, with ``solutions`` a link to it.
 
 The summary (``book/src/mutation-summary.txt``, shown in the instructors' appendix)
 names each target with the sha256 of the code it was measured on;
@@ -63,6 +71,9 @@ TARGETS: dict[str, tuple[str, ...]] = {
                               "tests/test_step_23_llama_pretrained.py", "tests/test_step_12_tokenizer.py"),
     "course/weights.py": ("tests/test_reference.py", "tests/test_checkpoints.py"),
     "course/programs/quantize.py": ("tests/test_quantize.py",),
+    # and the one check of step 24 that compiles a Llama (Part II) with step 13's compile_next_logits
+    "solutions/step_13_generation.py": ("tests/test_step_13_generation.py",
+                                        "tests/test_step_24_llama_cache.py::test_greedy_with_the_cache_matches_without_it"),
 }
 
 _CK = "course/checkpoints.py"
@@ -147,6 +158,34 @@ _Q6K = {
         "NumPy reads the dtype None as float64: the same array",
 }
 
+_S13 = "solutions/step_13_generation.py"
+_FILTER = "def filter_logits(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:"
+_TOP_K, _TOP_P = "if 0 < top_k < logits.size:", "if top_p < 1:"
+_COMPILE = 'run = LastPositionLogits(model).compile(TensorType(DType.int64, [1, "seq"], device))'
+_IDS = "logits = run(Tensor.from_dlpack(np.asarray([ids], dtype=np.int64)).to(device))"
+_AT_ONE = ("check_sampling lets top_p reach 1 at most, where the filter cuts only a tail whose whole probability is "
+           "within the running total's rounding (under 1e-11 for GPT-2's 50,257 tokens): no draw can tell")
+_NOTHING_BELOW = "at that top_k the k-th largest is the smallest logit, and nothing lies below it: nothing is cut, as with the filter off"
+#: Step 13's given code and TODO code (solutions/step_13_generation.py).
+_STEP_13 = {
+    (_S13, "x_check_sampling", "smallest = float(np.finfo(np.float32).max / np.finfo(np.float64).max)  # ≈ 1.9e-270",
+     "smallest = float(np.finfo(np.float32).max / np.finfo(None).max)  # ≈ 1.9e-270"):
+        "NumPy reads the dtype None as float64: the same bound",
+    (_S13, "x_filter_logits", _FILTER, _FILTER.replace("top_p: float = 1.0", "top_p: float = 2.0")):
+        "filter_logits cuts by top-p only below 1 (check_sampling refuses more): a default of 2, like 1, leaves it off",
+    (_S13, "x_filter_logits", _TOP_K, "if 0 <= top_k < logits.size:"): _NOTHING_BELOW,
+    (_S13, "x_filter_logits", _TOP_K, "if 0 < top_k <= logits.size:"): _NOTHING_BELOW,
+    (_S13, "x_filter_logits", _TOP_P, "if top_p <= 1:"): _AT_ONE,
+    (_S13, "x_filter_logits", _TOP_P, "if top_p < 2:"): _AT_ONE,
+    (_S13, "x_filter_logits", 'order = np.argsort(-logits, kind="stable")', 'order = np.argsort(-logits, kind="STABLE")'):
+        "NumPy reads a sort kind by its first letter, in either case: 'STABLE' is 'stable'",
+    **{(_S13, "x_compile_next_logits", _COMPILE, _COMPILE.replace('"seq"', name)):
+       "a symbolic dimension's name is only a name: one graph serves every length alike" for name in ('"XXseqXX"', '"SEQ"')},
+    **{(_S13, "x_compile_next_logits", _IDS, _IDS.replace("dtype=np.int64", after)):
+       "the ids are Python ints, which NumPy 2 makes int64 on every 64-bit platform (an empty prompt, which would be "
+       "float64, is refused before by check_lengths)" for after in ("dtype=None", "")},
+}
+
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
 #: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
 EQUIVALENT: dict[tuple[str, str, str, str], str] = {
@@ -194,6 +233,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "load_state_dict reads strict as a truth value: None is False, and the tied lm_head is left out alike",
     **_Q4K,
     **_Q6K,
+    **_STEP_13,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
@@ -227,6 +267,7 @@ class Mutant:
     diff: str
     status: str = "not run"  # mutmut's verdict, or "equivalent"
     reason: str = ""
+    todo: int | None = None  # in a solution, the TODO whose code (an ANCHOR ... | stub: block) it changes
 
 
 @dataclass
@@ -235,15 +276,18 @@ class Result:
     digest: str
     mutants: list[Mutant] = field(default_factory=list)
     seconds: float | None = None  # the whole run's time; with --last, the last whole run's (None if unknown)
+    finished: float | None = None  # when that run ended (seconds since the epoch; None if unknown)
 
-    def count(self, column: str) -> int:
+    def count(self, column: str, todo: bool = False) -> int:
+        """How many of the given code's mutants (with ``todo``, of the TODO code's) a column counts."""
+        mutants = [mutant for mutant in self.mutants if (mutant.todo is not None) is todo]
         if column == "mutants":
-            return len(self.mutants)
+            return len(mutants)
         known = {"killed", "equivalent", "survived", "timeout", "no tests"}
         name = {"timed out": "timeout"}.get(column, column)
         if column == "other":
-            return sum(mutant.status not in known for mutant in self.mutants)
-        return sum(mutant.status == name for mutant in self.mutants)
+            return sum(mutant.status not in known for mutant in mutants)
+        return sum(mutant.status == name for mutant in mutants)
 
 
 def digest(path: Path) -> str:
@@ -311,6 +355,59 @@ def _slug(target: str) -> str:
     return target.removesuffix(".py").replace("/", "-")
 
 
+def _in_copy(target: str) -> str:
+    """The target's path in the copy, as mutmut sees it: a solution lies in ``src/`` (see the module's docstring)."""
+    return "src/" + target.removeprefix("solutions/") if target.startswith("solutions/") else target
+
+
+def todo_lines(source: str) -> dict[int, int]:
+    """line number (1-based) -> TODO number, for each line of a solution's TODO code: inside an
+    ``# ANCHOR: name | stub: ...`` block, whose TODO is the closest ``# TODO N:`` above it."""
+    from course.authoring.render import STUB_OPEN, TODO_LINE
+
+    found, todo, closing = {}, None, None
+    for number, line in enumerate(source.splitlines(), 1):
+        if closing is not None:
+            if line.strip() == closing:
+                closing = None
+            elif todo is not None:
+                found[number] = todo
+        elif match := TODO_LINE.match(line):
+            todo = int(match[1])
+        elif match := STUB_OPEN.match(line):
+            closing = f"# ANCHOR_END: {match['name']}"
+    return found
+
+
+def _function_lines(source: str) -> dict[str, int]:
+    """mutmut's name for each function and method (``x_find``, ``xǁCheckpointǁcheck``) -> its ``def`` line."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[f"x_{node.name}"] = node.lineno
+        elif isinstance(node, ast.ClassDef):
+            found |= {f"xǁ{node.name}ǁ{item.name}": item.lineno for item in node.body
+                      if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return found
+
+
+def _changed_line(original: str, diff: str, start: int) -> int | None:
+    """The file's line number of a mutant's first changed line: ``start`` is the function's ``def`` line."""
+    import re
+
+    hunk = next((re.match(r"@@ -(\d+)", line) for line in diff.splitlines() if line.startswith("@@")), None)
+    if hunk is None:
+        return None
+    first = next((i for i, line in enumerate(diff.splitlines()) if line.startswith("@@")), 0)
+    offset = int(hunk[1]) - 1  # the hunk's first line, in the function's text
+    for line in diff.splitlines()[first + 1:]:  # the context lines before the first change
+        if line.startswith(("-", "+")):
+            break
+        offset += 1
+    defined = next(i for i, line in enumerate(original.splitlines()) if line.lstrip().startswith(("def ", "async def ")))
+    return start + offset - defined
+
+
 def _tracked_files() -> list[str]:
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             capture_output=True, check=True).stdout.decode().split("\0")
@@ -326,11 +423,16 @@ def prepare(target: str, work: Path) -> None:
         destination = work / name
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, destination)
-    source = target.split("/")[0]
-    also = sorted({name.split("/")[0] for name in files if "/" in name} - {source, ".ci", ".github"})
+    source = _in_copy(target).split("/")[0]
+    if source == "src":  # the solutions in src/, under the name tests import them by; solutions/ a link to it
+        (work / "solutions").rename(work / "src")
+        for folder in (work, work / "mutants"):
+            folder.mkdir(exist_ok=True)
+            (folder / "solutions").symlink_to("src", target_is_directory=True)
+    also = sorted({name.split("/")[0] for name in files if "/" in name} - {source, "solutions", ".ci", ".github"})
     settings = {
         "source_paths": [source],
-        "only_mutate": [target],
+        "only_mutate": [_in_copy(target)],
         "also_copy": [*also, "mutation_plugin.py", "mutation_preload.txt"],
         "pytest_add_cli_args": ["-p", "mutation_plugin", "-p", "no:cacheprovider"],
         "pytest_add_cli_args_test_selection": list(TARGETS[target]),
@@ -382,17 +484,23 @@ def list_mutants(target: str, work: Path) -> list[Mutant]:
         from mutmut.mutation.diff_apply import read_mutant_function, read_original_function
         from mutmut.utils.format_utils import get_mutant_name
 
-        mutated = mutate_file_contents(target, Path(target).read_text(encoding="utf-8"), None, None)
+        path = _in_copy(target)
+        text = Path(path).read_text(encoding="utf-8")
+        mutated = mutate_file_contents(path, text, None, None)
         module = cst.parse_module(mutated.code)
+        todos = todo_lines(text) if target.startswith("solutions/") else {}
+        starts = _function_lines(text)
         found = []
         for name in mutated.mutant_names:
-            key = get_mutant_name(Path(target), name)
+            key = get_mutant_name(Path(path), name)
             original, changed = (textwrap.dedent(cst.Module([read(module, key)]).code).strip()
                                  for read in (read_original_function, read_mutant_function))
             diff = "\n".join(difflib.unified_diff(original.splitlines(), changed.splitlines(), target, target,
                                                   lineterm=""))
             before, after = _changed_lines(diff)
             mutant = Mutant(key, name.rsplit("__mutmut_", 1)[0], before, after, diff)
+            if todos and mutant.function in starts:
+                mutant.todo = todos.get(_changed_line(original, diff, starts[mutant.function]))
             if rewords_a_message(original, changed):
                 mutant.status, mutant.reason = "equivalent", WORDING
             elif (target, mutant.function, before, after) in EQUIVALENT:
@@ -406,7 +514,7 @@ def run(target: str, children: int, last: bool = False) -> Result:
     work = WORK / _slug(target)
     started = time.perf_counter()
     if last:
-        if not (work / target).is_file() or digest(work / target) != digest(ROOT / target):
+        if not (work / _in_copy(target)).is_file() or digest(work / _in_copy(target)) != digest(ROOT / target):
             raise SystemExit(f"the last run in {work} mutated another version of {target}: run it again")
     else:
         prepare(target, work)
@@ -415,7 +523,8 @@ def run(target: str, children: int, last: bool = False) -> Result:
     if last:
         _read_verdicts(target, work, result)
         timed = work / "run-seconds.txt"  # written when a run ends
-        result.seconds = float(timed.read_text()) if timed.is_file() else None
+        if timed.is_file():
+            result.seconds, result.finished = float(timed.read_text()), timed.stat().st_mtime
         return result
     print(f"{target}: {len(result.mutants)} mutants, {len(result.mutants) - len(names)} reword a message or are "
           f"listed as equivalent; mutmut runs the other {len(names)} under {', '.join(TARGETS[target])}", flush=True)
@@ -427,7 +536,7 @@ def run(target: str, children: int, last: bool = False) -> Result:
         if ran.returncode != 0:
             raise SystemExit(f"mutmut failed on {target} (exit {ran.returncode}); its output: {work / 'mutmut.log'}")
         _read_verdicts(target, work, result)
-    result.seconds = time.perf_counter() - started
+    result.seconds, result.finished = time.perf_counter() - started, time.time()
     (work / "run-seconds.txt").write_text(f"{result.seconds:.0f}\n", encoding="utf-8")
     return result
 
@@ -435,7 +544,7 @@ def run(target: str, children: int, last: bool = False) -> Result:
 def _read_verdicts(target: str, work: Path, result: Result) -> None:
     from mutmut.stats import status_by_exit_code
 
-    meta = json.loads((work / "mutants" / f"{target}.meta").read_text(encoding="utf-8"))
+    meta = json.loads((work / "mutants" / f"{_in_copy(target)}.meta").read_text(encoding="utf-8"))
     for mutant in result.mutants:
         if mutant.status != "equivalent":
             mutant.status = status_by_exit_code[meta["exit_code_by_key"].get(mutant.name)]
@@ -448,40 +557,73 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
-def summary(results: list[Result], seconds: float | None, children: int) -> str:
+#: The summary's section headings, after its table.
+EQUIVALENT_HEADING, LEFT_HEADING = "Equivalent, with the reason:", "Not killed, not explained:"
+
+
+def summary(results: list[Result], children: int, kept: dict[str, list[list[str]]] | None = None) -> str:
+    """The summary of ``results``, each row with its run's time and date, in TARGETS' order; ``kept``: for the
+    targets not run this time, their lines of the summary as it was (:func:`kept_lines`), kept as they were."""
     from importlib.metadata import version
 
-    width = max(len(result.target) for result in results)
-    if seconds is not None:
-        how = f"{children} workers on {os.cpu_count()} cores, {_minutes(seconds)}"
-    else:  # --last: each target's last run, with its time where it ran to the end
-        runs = ", ".join(f"{result.target} {_minutes(result.seconds) if result.seconds is not None else '(time unknown)'}"
-                         for result in results)
-        how = (f"--last: each target's last run ({runs}; \"other\" counts the mutants a stopped run never ran), "
-               f"{children} workers on {os.cpu_count()} cores")
-    lines = [f"python -m course.authoring.mutation --write: mutmut {version('mutmut')}, {how}, "
-             f"{time.strftime('%Y-%m-%d')}", "",
-             f"{'file'.ljust(width)}  sha256        " + "  ".join(COLUMNS)]
+    kept = kept or {}
+    width = max(len(target) for target in TARGETS)
+    rows, equivalent, left = {}, {}, {}
     for result in results:
+        when = time.strftime("%Y-%m-%d", time.localtime(result.finished)) if result.finished else "(date unknown)"
+        took = _minutes(result.seconds) if result.seconds is not None else "(time unknown)"
         counts = "  ".join(str(result.count(column)).rjust(len(column)) for column in COLUMNS)
-        lines.append(f"{result.target.ljust(width)}  {result.digest}  {counts}")
-    lines += ["", "Equivalent, with the reason:"]
-    for result in results:
+        rows[result.target] = [f"{result.target.ljust(width)}  {result.digest}  {counts}  {took.rjust(12)}  {when}"]
+        if result.count("mutants", todo=True):  # a solution's TODO code, on a row of its own
+            counts = "  ".join(str(result.count(column, todo=True)).rjust(len(column)) for column in COLUMNS)
+            rows[result.target].append(f"{'  its TODO code'.ljust(width)}  {'':12}  {counts}")
         wording = sum(mutant.reason == WORDING for mutant in result.mutants)
-        if wording:
-            lines.append(f"  {result.target}: {wording} mutants {WORDING}")
-        for mutant in result.mutants:
-            if mutant.status == "equivalent" and mutant.reason != WORDING:
-                lines.append(f"  {result.target} {mutant.function}: `{mutant.before}` -> `{mutant.after}`: {mutant.reason}")
-    left = [(result, mutant) for result in results for mutant in result.mutants if mutant.status not in SETTLED]
-    unrun = sum(mutant.status == "not checked" for _, mutant in left)
-    left = [(result, mutant) for result, mutant in left if mutant.status != "not checked"]
-    if unrun:
-        lines += ["", f"Not run: {unrun} mutants (the run stopped before them; run it again)"]
-    lines += ["", "Not killed, not explained:" if left or unrun else "Not killed, not explained: none"]
-    for result, mutant in left:
-        lines.append(f"  {result.target} {mutant.function} ({mutant.status}): `{mutant.before}` -> `{mutant.after}`")
+        equivalent[result.target] = [f"  {result.target}: {wording} mutants {WORDING}"] if wording else []
+        equivalent[result.target] += [f"  {result.target} {_where(mutant)}: `{mutant.before}` -> `{mutant.after}`: "
+                                      f"{mutant.reason}" for mutant in result.mutants
+                                      if mutant.status == "equivalent" and mutant.reason != WORDING]
+        unrun = sum(mutant.status == "not checked" for mutant in result.mutants)
+        left[result.target] = [f"  {result.target}: {unrun} mutants not run (the run stopped before them; run it again)"] if unrun else []
+        left[result.target] += [f"  {result.target} {_where(mutant)} ({mutant.status}): `{mutant.before}` -> "
+                                f"`{mutant.after}`" for mutant in result.mutants
+                                if mutant.status not in (*SETTLED, "not checked")]
+    for target, (old_rows, old_equivalent, old_left) in kept.items():
+        rows.setdefault(target, old_rows)
+        equivalent.setdefault(target, old_equivalent)
+        left.setdefault(target, old_left)
+    order = [target for target in TARGETS if target in rows]
+    lines = [f"python -m course.authoring.mutation --write: mutmut {version('mutmut')}, {children} workers on "
+             f"{os.cpu_count()} cores; each target as its last run found it, with that run's time and date (\"other\" "
+             "counts the mutants a stopped run never ran)", "",
+             f"{'file'.ljust(width)}  sha256        " + "  ".join(COLUMNS) + "      run time  date"]
+    lines += [row for target in order for row in rows[target]]
+    lines += ["", EQUIVALENT_HEADING, *(line for target in order for line in equivalent[target])]
+    unexplained = [line for target in order for line in left[target]]
+    lines += ["", LEFT_HEADING if unexplained else f"{LEFT_HEADING} none", *unexplained]
     return "\n".join(lines) + "\n"
+
+
+def kept_lines(text: str, targets: list[str]) -> dict[str, list[list[str]]]:
+    """From a summary's text, each of ``targets``' lines: its table rows, its equivalents, its survivors."""
+    table, _, rest = text.partition(f"\n{EQUIVALENT_HEADING}\n")
+    equivalent, _, left = rest.partition(f"\n{LEFT_HEADING}")
+    table_lines = table.splitlines()
+    found = {}
+    for target in targets:
+        rows = []
+        for i, line in enumerate(table_lines):
+            if line.split()[:1] == [target]:
+                rows = [line, *(row for row in table_lines[i + 1 : i + 2] if row.startswith("  its TODO code"))]
+        if rows:
+            mine = lambda line: line.startswith((f"  {target} ", f"  {target}:"))  # noqa: E731 - one use
+            found[target] = [rows, [line for line in equivalent.splitlines() if mine(line)],
+                             [line for line in left.splitlines() if mine(line)]]
+    return found
+
+
+def _where(mutant: Mutant) -> str:
+    """The mutated function, and in a solution's TODO code, its TODO."""
+    return mutant.function if mutant.todo is None else f"{mutant.function} (TODO {mutant.todo})"
 
 
 def recorded() -> dict[str, str]:
@@ -498,7 +640,8 @@ def recorded() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course.authoring.mutation", description=__doc__.split("\n\n")[0])
     parser.add_argument("targets", nargs="*", help=f"the files to mutate (default: all of {', '.join(TARGETS)})")
-    parser.add_argument("--write", action="store_true", help=f"rewrite {SUMMARY.relative_to(ROOT)}")
+    parser.add_argument("--write", action="store_true",
+                        help=f"rewrite {SUMMARY.relative_to(ROOT)}: the targets run, and the others' lines as they were")
     parser.add_argument("--children", type=int, default=os.cpu_count() or 2, help="mutants run at once")
     parser.add_argument("--last", action="store_true",
                         help="run nothing: report (and with --write, record) the verdicts of the last run in .mutation/")
@@ -506,11 +649,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [target for target in args.targets if target not in TARGETS]
     if unknown:
         parser.error(f"not a target: {', '.join(unknown)} (targets: {', '.join(TARGETS)})")
-    if args.write and args.targets and set(args.targets) != set(TARGETS):
-        parser.error("--write runs every target: the summary covers them all")
-    started = time.perf_counter()
     results = [run(target, args.children, args.last) for target in args.targets or TARGETS]
-    text = summary(results, None if args.last else time.perf_counter() - started, args.children)
+    others = [target for target in TARGETS if target not in {result.target for result in results}]
+    old = SUMMARY.read_text(encoding="utf-8") if SUMMARY.is_file() else ""
+    text = summary(results, args.children, kept_lines(old, others))  # the targets not run: as the summary has them
     print()
     print(text, end="")
     for result in results:
