@@ -360,7 +360,7 @@ PLANTED = {
         12,
         "                if len(self.cache) >= CACHE_SIZE:\n                    self.cache.clear()",
         "                if False:\n                    pass",
-        r"after 25,000 different pieces, self\.cache holds 25,000, more than CACHE_SIZE = 10,000: .* — TODO 4 in ",
+        r"after 10,001 different pieces, self\.cache holds 10,001, more than CACHE_SIZE = 10,000: .* — TODO 4 in ",
     ),
     "a word cache shared by every Tokenizer": (
         12,
@@ -484,6 +484,17 @@ PLANTED = {
     "the sampler re-seeded at every step": (
         13, "next_token(next_logits(ids), rng,", "next_token(next_logits(ids), np.random.default_rng(seed),",
         r"generate\(seed=7\) drew token \d+ all 16 times: the generator starts over at each step .* — TODO 5 in ",
+    ),
+    # Found by mutation testing (course.authoring.mutation): a survivor of step 01's TODO code a learner could write.
+    "the config's refusal names no sizes": (
+        1, 'f"n_embd={self.n_embd} does not split into n_head={self.n_head} equal heads"', '"the heads do not split evenly"',
+        r"raised ValueError\('the heads do not split evenly'\), which does not name the two sizes that disagree, 64 "
+        r"and 5: .* — TODO 2 in ",
+    ),
+    # Found by mutation testing (course.authoring.mutation): a survivor of step 12's TODO code a learner could write.
+    "the word cache holds one piece too many": (
+        12, "if len(self.cache) >= CACHE_SIZE:", "if len(self.cache) > CACHE_SIZE:",
+        r"after 10,001 different pieces, self\.cache holds 10,001, more than CACHE_SIZE = 10,000: .* — TODO 4 in ",
     ),
     # Found by mutation testing (course.authoring.mutation): the two survivors of step 13's TODO code a learner could write.
     "top-p's softmax without subtracting the largest logit": (

@@ -54,12 +54,15 @@ def test_head_dim(step):
 
 
 def test_rejects_uneven_heads(step):
-    """uneven heads raise ValueError"""
+    """uneven heads raise a ValueError that names both sizes"""
     cls = _config_class(step)
     validation = getattr(cls, "__post_init__", cls)
     try:
         cls(n_embd=64, n_head=5)
-    except ValueError:
+    except ValueError as error:
+        if "64" not in str(error) or "5" not in str(error).replace("64", ""):
+            fail(f"GPT2Config(n_embd=64, n_head=5) raised ValueError({str(error)!r}), which does not name the two "
+                 f"sizes that disagree, 64 and 5: a learner who mistypes a size reads this message — {todo_in(validation)}")
         return
     except Exception as error:  # noqa: BLE001
         fail(f"GPT2Config(n_embd=64, n_head=5) raised {type(error).__name__}, expected ValueError — {todo_in(validation)}")

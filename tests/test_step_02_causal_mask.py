@@ -136,6 +136,15 @@ def test_mask_pattern(step):
     fail(f"{diagnosis} — {todo_in(fn)}")
 
 
+def test_nothing_cached_by_default(step):
+    """causal_mask(seq_len), with no past_len, is the mask for nothing cached: causal_mask(seq_len, 0)"""
+    fn = attribute(step, "causal_mask")
+    alone = to_numpy(call(fn, 4, what="causal_mask(4)"))
+    if not np.array_equal(alone, _mask(step, 4, 0)):
+        fail(f"causal_mask(4) has shape {list(alone.shape)} and differs from causal_mask(4, 0): the signature's "
+             "default is past_len=0, nothing cached — keep it as given")
+
+
 def _blocked_mismatch(mine: np.ndarray, theirs: np.ndarray, name: str) -> None:
     """Fails at the first position that is -inf in one mask and not in the other."""
     if mine.shape != theirs.shape:

@@ -585,13 +585,16 @@ def test_decode_replaces_invalid_utf8(step, files):
             fail(f"decode({ids}) ({name}) is {got!r}, expected {expected!r} — {todo_in(type(tok).decode)}")
 
 
-def _decode_refuses(tok, ids: list, bad, errors: tuple[type[Exception], ...], expected: str, why: str) -> None:
-    """decode(ids) raises one of ``errors`` whose message shows ``bad``, else a hint on the given check."""
+def _decode_refuses(tok, ids: list, bad, errors: tuple[type[Exception], ...], expected: str, why: str,
+                    shows: str = "") -> None:
+    """decode(ids) raises one of ``errors`` whose message shows ``bad`` (and ``shows``), else a hint on the given check."""
     try:
         tok.decode(ids)
     except errors as error:
-        if repr(bad) not in str(error):
-            fail(f"decode({ids}) raised {type(error).__name__}({str(error)!r}); the message should show {bad!r}")
+        for part in (repr(bad), shows):
+            if part not in str(error):
+                fail(f"decode({ids}) raised {type(error).__name__}({str(error)!r}); the message should show {part!r} "
+                     "— keep the given check at the top of decode")
         return
     except Exception as error:  # noqa: BLE001
         fail(f"decode({ids}) raised {type(error).__name__}: {error}; expected {expected} "
@@ -605,7 +608,8 @@ def test_decode_rejects_unknown_ids(step, files):
     size = ref.get_vocab_size()
     for bad in (size, -1):
         _decode_refuses(tok, [ref.token_to_id(END_OF_TEXT), bad], bad, (ValueError,),
-                        f"a clear ValueError naming the id {bad}", f"{bad} is not an id of a {size}-token vocabulary")
+                        f"a clear ValueError naming the id {bad}", f"{bad} is not an id of a {size}-token vocabulary",
+                        shows=f"0 to {size - 1}")  # the ids there are
 
 
 def test_decode_rejects_ids_that_are_not_whole_numbers(step, files):
@@ -616,7 +620,7 @@ def test_decode_rejects_ids_that_are_not_whole_numbers(step, files):
     hello = ref.encode("Hello world").ids
     for bad in (True, 3.0):  # True == 1 and 3.0 == 3 as dict keys: a plain lookup accepts them
         _decode_refuses(tok, [*hello, bad], bad, (TypeError, ValueError), f"a clear TypeError showing {bad!r}",
-                        f"{bad!r} is a {type(bad).__name__}, not a token id (a whole number)")
+                        f"{bad!r} is a {type(bad).__name__}, not a token id (a whole number)", shows=type(bad).__name__)
     as_numpy = call(tok.decode, list(np.asarray(hello, dtype=np.int64)), what="decode(NumPy int64 ids)")
     if as_numpy != "Hello world":
         fail(f"decode(NumPy int64 ids of 'Hello world') gave {as_numpy!r} — {todo_in(type(tok).decode)}")
@@ -645,16 +649,17 @@ def test_word_cache_stays_bounded(step, files):
     """the word cache never holds more than CACHE_SIZE pieces, however much text goes through"""
     tok = _tokenizer(step, files)
     limit = attribute(step, "CACHE_SIZE")
-    pieces = 5 * limit // 2
-    text = "".join(f" {k}" for k in range(pieces))  # " 0", " 1", ...: every piece a new one
-    _encode(tok, text, f"encode({pieces:,} different numbers)")
-    held = len(tok.cache)
-    if held > limit:
-        fail(
-            f"after {pieces:,} different pieces, self.cache holds {held:,}, more than CACHE_SIZE = {limit:,}: "
-            f"a cache that never lets go grows with the text (gigabytes on a big corpus); empty it when it is "
-            f"full — {todo_in(type(tok).encode_ordinary)}"
-        )
+    for pieces in (limit + 1, 5 * limit // 2):  # one piece past full; then more than twice that
+        tok.cache.clear()
+        text = "".join(f" {k}" for k in range(pieces))  # " 0", " 1", ...: every piece a new one
+        _encode(tok, text, f"encode({pieces:,} different numbers)")
+        held = len(tok.cache)
+        if held > limit:
+            fail(
+                f"after {pieces:,} different pieces, self.cache holds {held:,}, more than CACHE_SIZE = {limit:,}: "
+                f"a cache that never lets go grows with the text (gigabytes on a big corpus); empty it when it is "
+                f"full, before it takes one piece more — {todo_in(type(tok).encode_ordinary)}"
+            )
 
 
 #: The two lengths of one unbroken word, and how much more than the length the merge

@@ -206,6 +206,32 @@ def test_conv1d_weights_are_transposed(step):
              f"the {'transpose' if name in conv1d else 'weight as stored'} ({list(expected.shape)}) — {todo_in(fn)}")
 
 
+def test_convert_gives_float32_and_refuses_a_weight_twice(step):
+    """convert (given) makes every weight float32, and refuses a weight stored under both of its names
+
+    A checkpoint may store float16 or float64; "h.0.ln_1.weight" and "transformer.h.0.ln_1.weight" are one weight."""
+    from course.checkpoints import CheckpointError
+
+    convert = attribute(step, "convert")
+    stored = {"wte.weight": np.ones((10, 4), np.float16), "h.0.ln_1.bias": np.zeros(4, np.float64),
+              "h.0.mlp.c_fc.weight": np.ones((4, 16), np.float16)}
+    state = call(convert, dict(stored), what="convert(a checkpoint in float16 and float64)")
+    wrong = {name: str(value.dtype) for name, value in state.items() if value.dtype != np.float32}
+    if wrong:
+        fail(f"convert(a checkpoint in float16 and float64) kept {wrong}: the model's weights are float32, whatever "
+             f"the checkpoint stores — keep convert as given")
+    twice = {"h.0.ln_1.weight": np.ones(4, np.float32), "transformer.h.0.ln_1.weight": np.ones(4, np.float32)}
+    try:
+        convert(dict(twice))
+    except CheckpointError as error:
+        if "transformer.h.0.ln_1.weight" not in str(error) or "twice" not in str(error):
+            fail(f"convert(h.0.ln_1.weight and transformer.h.0.ln_1.weight) was refused with {str(error)!r}, which "
+                 "does not name the weight held twice — keep convert as given")
+        return
+    fail("convert(h.0.ln_1.weight and transformer.h.0.ln_1.weight) was accepted: both are the model's "
+         "transformer.h.0.ln_1.weight, and one of them would silently win — keep convert as given")
+
+
 # --- loading, and the model's logits ----------------------------------------------------------
 
 

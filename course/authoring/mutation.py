@@ -58,7 +58,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.outline import ROOT
+from course.outline import ROOT, SOLUTIONS
 
 #: Where the copies live (ignored by git).
 WORK = ROOT / ".mutation"
@@ -71,9 +71,14 @@ TARGETS: dict[str, tuple[str, ...]] = {
                               "tests/test_step_23_llama_pretrained.py", "tests/test_step_12_tokenizer.py"),
     "course/weights.py": ("tests/test_reference.py", "tests/test_checkpoints.py"),
     "course/programs/quantize.py": ("tests/test_quantize.py",),
+    "solutions/step_01_config.py": ("tests/test_step_01_config.py",),
+    "solutions/step_02_causal_mask.py": ("tests/test_step_02_causal_mask.py",),
+    "solutions/step_12_tokenizer.py": ("tests/test_step_12_tokenizer.py", "tests/test_checkpoints.py"),
     # and the one check of step 24 that compiles a Llama (Part II) with step 13's compile_next_logits
     "solutions/step_13_generation.py": ("tests/test_step_13_generation.py",
                                         "tests/test_step_24_llama_cache.py::test_greedy_with_the_cache_matches_without_it"),
+    "solutions/step_14_pretrained.py": ("tests/test_step_14_pretrained.py", "tests/test_checkpoints.py"),
+    "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
 }
 
 _CK = "course/checkpoints.py"
@@ -186,6 +191,27 @@ _STEP_13 = {
        "float64, is refused before by check_lengths)" for after in ("dtype=None", "")},
 }
 
+_S12 = "solutions/step_12_tokenizer.py"
+_WORD = 'word = "".join(self.byte_encoder[byte] for byte in piece.encode("utf-8"))'
+_TEXT = 'return data.decode("utf-8", errors="replace")'
+#: Step 12's TODO code (solutions/step_12_tokenizer.py).
+_STEP_12 = {
+    (_S12, "xǁTokenizerǁencode_piece", _WORD, _WORD.replace('"utf-8"', '"UTF-8"')): _UTF8_NAME,
+    (_S12, "xǁTokenizerǁdecode", _TEXT, _TEXT.replace('"utf-8"', '"UTF-8"')): _UTF8_NAME,
+    (_S12, "xǁTokenizerǁdecode", _TEXT, 'return data.decode(errors="replace")'):
+        "bytes.decode reads UTF-8 when given no encoding, whatever the locale",
+}
+
+_S02 = "solutions/step_02_causal_mask.py"
+_BAND = "return F.band_part(mask, num_lower=None, num_upper=past_len, exclude=True)"
+#: Step 02's TODO code (solutions/step_02_causal_mask.py).
+_STEP_02 = {
+    (_S02, "x_causal_mask", 'mask = F.full([seq_len, past_len + seq_len], float("-inf"))',
+     'mask = F.full([seq_len, past_len + seq_len], float("-INF"))'): "float() reads 'inf' in any case: the same -inf",
+    (_S02, "x_causal_mask", _BAND, _BAND.replace("num_lower=None, ", "")):
+        "band_part's num_lower defaults to None (no limit below the diagonal): the same band",
+}
+
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
 #: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
 EQUIVALENT: dict[tuple[str, str, str, str], str] = {
@@ -233,6 +259,8 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "load_state_dict reads strict as a truth value: None is False, and the tied lm_head is left out alike",
     **_Q4K,
     **_Q6K,
+    **_STEP_02,
+    **_STEP_12,
     **_STEP_13,
 }
 
@@ -567,7 +595,7 @@ def summary(results: list[Result], children: int, kept: dict[str, list[list[str]
     from importlib.metadata import version
 
     kept = kept or {}
-    width = max(len(target) for target in TARGETS)
+    width = max(len(name) for name in [*TARGETS, *(f"solutions/{path.name}" for path in SOLUTIONS.glob("*.py"))])
     rows, equivalent, left = {}, {}, {}
     for result in results:
         when = time.strftime("%Y-%m-%d", time.localtime(result.finished)) if result.finished else "(date unknown)"
@@ -575,8 +603,7 @@ def summary(results: list[Result], children: int, kept: dict[str, list[list[str]
         counts = "  ".join(str(result.count(column)).rjust(len(column)) for column in COLUMNS)
         rows[result.target] = [f"{result.target.ljust(width)}  {result.digest}  {counts}  {took.rjust(12)}  {when}"]
         if result.count("mutants", todo=True):  # a solution's TODO code, on a row of its own
-            counts = "  ".join(str(result.count(column, todo=True)).rjust(len(column)) for column in COLUMNS)
-            rows[result.target].append(f"{'  its TODO code'.ljust(width)}  {'':12}  {counts}")
+            rows[result.target].append(_todo_row(width, [result.count(column, todo=True) for column in COLUMNS]))
         wording = sum(mutant.reason == WORDING for mutant in result.mutants)
         equivalent[result.target] = [f"  {result.target}: {wording} mutants {WORDING}"] if wording else []
         equivalent[result.target] += [f"  {result.target} {_where(mutant)}: `{mutant.before}` -> `{mutant.after}`: "
@@ -588,7 +615,10 @@ def summary(results: list[Result], children: int, kept: dict[str, list[list[str]
                                 f"`{mutant.after}`" for mutant in result.mutants
                                 if mutant.status not in (*SETTLED, "not checked")]
     for target, (old_rows, old_equivalent, old_left) in kept.items():
-        rows.setdefault(target, old_rows)
+        # the rows as they were, their first column padded to this summary's width
+        digest = len(old_rows[0]) - len(old_rows[0][len(target):].lstrip())  # where the sha256 column starts
+        rows.setdefault(target, [f"{target.ljust(width)}  {old_rows[0][digest:]}",
+                                 *(_todo_row(width, row.split()[3:]) for row in old_rows[1:])])
         equivalent.setdefault(target, old_equivalent)
         left.setdefault(target, old_left)
     order = [target for target in TARGETS if target in rows]
@@ -601,6 +631,11 @@ def summary(results: list[Result], children: int, kept: dict[str, list[list[str]
     unexplained = [line for target in order for line in left[target]]
     lines += ["", LEFT_HEADING if unexplained else f"{LEFT_HEADING} none", *unexplained]
     return "\n".join(lines) + "\n"
+
+
+def _todo_row(width: int, counts: list) -> str:
+    """The table's row for a solution's TODO code: its counts, under the columns."""
+    return f"{'  its TODO code'.ljust(width)}  {'':12}  " + "  ".join(str(n).rjust(len(c)) for n, c in zip(counts, COLUMNS))
 
 
 def kept_lines(text: str, targets: list[str]) -> dict[str, list[list[str]]]:
