@@ -485,6 +485,29 @@ PLANTED = {
         13, "next_token(next_logits(ids), rng,", "next_token(next_logits(ids), np.random.default_rng(seed),",
         r"generate\(seed=7\) drew token \d+ all 16 times: the generator starts over at each step .* — TODO 5 in ",
     ),
+    # Found by mutation testing (course.authoring.mutation): a survivor of step 03's TODO code a learner could write.
+    "the variance as E[x²] - E[x]²": (
+        3, "var = F.mean((x - mean) * (x - mean), axis=-1)", "var = F.mean(x * x, axis=-1) - mean * mean",
+        r"off by up to [\d.]+ once every feature is shifted by 500 .*: the variance is taken in a way that cancels in "
+        r"float32, such as E\[x²\] − E\[x\]², .* — TODO 2 in ",
+    ),
+    # Step 01: one for each TODO.
+    "GPT-2's context as 512 positions": (
+        1, "    n_positions: int = 1024\n", "    n_positions: int = 512\n",
+        r"GPT2Config\(\)\.n_positions is 512, but GPT-2 small's is 1024 — TODO 1 in ",
+    ),
+    "inner_dim ignores n_inner": (
+        1, "return self.n_inner if self.n_inner is not None else 4 * self.n_embd", "return 4 * self.n_embd",
+        r"inner_dim is 256 for n_embd=64, n_inner=100; expected 100 — TODO 3 in ",
+    ),
+    "head_dim as a float": (
+        1, "return self.n_embd // self.n_head", "return self.n_embd / self.n_head",
+        r"head_dim is 64\.0 for n_embd=768, n_head=12; expected the int 64 .* — TODO 4 in ",
+    ),
+    "from_hf leaves n_inner out": (
+        1, "for f in fields(cls)})", 'for f in fields(cls) if f.name != "n_inner"})',
+        r"from_hf gave n_inner=None, but the transformers config has 48 — TODO 5 in ",
+    ),
     # Found by mutation testing (course.authoring.mutation): a survivor of step 01's TODO code a learner could write.
     "the config's refusal names no sizes": (
         1, 'f"n_embd={self.n_embd} does not split into n_head={self.n_head} equal heads"', '"the heads do not split evenly"',
@@ -1021,7 +1044,7 @@ def test_planted_bug_is_caught(planted, bug):
 
 #: The steps whose every TODO must be named by the first ✗ of a planted bug (issue 17). Any
 #: other step with a planted bug that names a TODO is held to it as well.
-EVERY_TODO_PLANTED = (3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24)
+EVERY_TODO_PLANTED = (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24)
 
 
 def test_every_todo_has_a_planted_bug():

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import transformers
 
+from course.check.hints import todo_label
 from harness import call, config_class, config_property, fail, todo_in
 from reference import CONFIGS
 
@@ -27,7 +28,8 @@ def test_defaults_are_gpt2_small(step):
     for name in SIZES + GIVEN:
         mine, theirs = getattr(config, name), getattr(hf, name)
         if mine != theirs:
-            fail(f"GPT2Config().{name} is {mine!r}, but GPT-2 small's is {theirs!r}")
+            where = todo_label(1, step.__file__) if name in SIZES else "keep the given fields as given"
+            fail(f"GPT2Config().{name} is {mine!r}, but GPT-2 small's is {theirs!r} — {where}")
 
 
 def test_inner_dim(step):
@@ -37,7 +39,8 @@ def test_inner_dim(step):
         config = call(cls, n_embd=n_embd, n_head=4, n_inner=n_inner, what="GPT2Config(...)")
         got = config_property(config, "inner_dim")
         if got != expected:
-            fail(f"inner_dim is {got} for n_embd={n_embd}, n_inner={n_inner}; expected {expected}")
+            fail(f"inner_dim is {got} for n_embd={n_embd}, n_inner={n_inner}; expected {expected} — "
+                 f"{todo_label(3, step.__file__)}")
 
 
 def test_head_dim(step):
@@ -49,7 +52,8 @@ def test_head_dim(step):
         if got != n_embd // n_head or not isinstance(got, int):
             fail(
                 f"head_dim is {got!r} for n_embd={n_embd}, n_head={n_head}; expected the int "
-                f"{n_embd // n_head} (a width is a whole number: `//` divides without a fraction)"
+                f"{n_embd // n_head} (a width is a whole number: `//` divides without a fraction) — "
+                f"{todo_label(4, step.__file__)}"
             )
 
 
@@ -79,9 +83,10 @@ def test_round_trips_with_transformers(step, name):
         if getattr(config, field.name) != getattr(hf, field.name):
             fail(
                 f"from_hf gave {field.name}={getattr(config, field.name)!r}, "
-                f"but the transformers config has {getattr(hf, field.name)!r}"
+                f"but the transformers config has {getattr(hf, field.name)!r} — {todo_label(5, step.__file__)}"
             )
     back = transformers.GPT2Config(**dataclasses.asdict(config))
     again = call(cls.from_hf, back, what="GPT2Config.from_hf")
     if again != config:
-        fail(f"a round trip through transformers.GPT2Config changed the config: {again} != {config}")
+        fail(f"a round trip through transformers.GPT2Config changed the config: {again} != {config} — "
+             f"{todo_label(5, step.__file__)}")

@@ -115,6 +115,31 @@ def test_uses_given_eps(step):
     _check(step, torch.nn.LayerNorm(64, eps=1e-3), "LayerNorm(64, eps=1e-3) vs torch.nn.LayerNorm", eps=1e-3)
 
 
+#: How far from 0 a token's mean may sit: GPT-2's residual stream has features in the hundreds.
+OFFSET = 500.0
+
+
+def test_a_large_mean_is_subtracted_exactly(step):
+    """a token whose mean (500) is large against its spread (1) normalizes as torch.nn.LayerNorm does"""
+    width = 768
+    torch_norm = torch.nn.LayerNorm(width, eps=1e-5)
+    seeded(torch_norm, seed=width)
+    mine = build(attribute(step, "LayerNorm"), width)
+    load_weights(mine, to_max_state(torch_norm))
+    x = hidden_states(2, 7, width, seed=9)
+    got, expected = forward(mine, x + OFFSET), run(torch_norm, x + OFFSET)
+    worst = float(np.abs(got - expected).max())
+    if worst > 1e-2 and float(np.abs(forward(mine, x) - run(torch_norm, x)).max()) < 1e-3:
+        fail(f"LayerNorm is right on tokens of mean 0 but off by up to {worst:.3g} once every feature is shifted by "
+             f"{OFFSET:g} (LayerNorm subtracts the mean, so the output should not change): the variance is taken in a "
+             f"way that cancels in float32, such as E[x²] − E[x]², whose two terms are ~{OFFSET ** 2:.0e} and differ "
+             f"by ~1; average the squared deviations from the mean instead — {todo_label(2, step.__file__)}")
+    # atol: MAX's float32 mean of 768 values near 500 is itself off by up to ~5e-4 (torch's sums more exactly),
+    # and so is every x - mean; a variance that cancels is off by ~1.
+    assert_close(got, expected, f"LayerNorm(768) vs torch.nn.LayerNorm, every feature shifted by {OFFSET:g}", atol=2e-3,
+                 step=step)
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_matches_gpt2_ln_1(step, name):
     """matches Hugging Face GPT2Block.ln_1"""

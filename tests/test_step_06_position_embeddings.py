@@ -18,7 +18,7 @@ import torch
 import transformers
 
 from course.runtime import from_numpy
-from harness import Mistake, assert_close, attribute, build, forward, load_weights, rejects, solution
+from harness import Mistake, assert_close, attribute, build, fail, forward, load_weights, rejects, solution
 from reference import GPT2_SMALL, SMALL, hf_config, seeded, to_max_state, token_ids
 
 pytestmark = pytest.mark.step06
@@ -93,21 +93,26 @@ def test_past_len_offsets_the_positions(step):
 
 
 def test_rejects_sequences_longer_than_the_context(step):
-    """more than n_positions tokens raise a clear ValueError"""
+    """positions past n_positions, or before 0, raise the given check's ValueError, with the numbers"""
     mine, _, _ = _pair(step, SMALL)
     n = SMALL["n_positions"]
-    rejects(
-        mine,
-        from_numpy(token_ids(1, n + 1, SMALL["vocab_size"])),
-        error=ValueError,
-        what=f"Embeddings on {n + 1} tokens",
-        why=f"GPT-2 learned only n_positions={n} positions",
-    )
-    rejects(
-        mine,
-        from_numpy(token_ids(1, 4, SMALL["vocab_size"])),
-        past_len=n - 2,
-        error=ValueError,
-        what=f"Embeddings on 4 tokens after past_len={n - 2}",
-        why=f"positions {n - 2}..{n + 1} run past n_positions={n}",
-    )
+    # The given check's words, with the numbers: MAX's own gather refuses a position past the table with a
+    # ValueError too, but names no position.
+    for tokens, past, said in ((n + 1, 0, f"positions 0..{n} do not fit"), (4, n - 2, f"positions {n - 2}..{n + 1} do not fit")):
+        message = rejects(
+            mine,
+            from_numpy(token_ids(1, tokens, SMALL["vocab_size"])),
+            past_len=past,
+            error=ValueError,
+            what=f"Embeddings on {tokens} tokens after past_len={past}",
+            why=f"positions {past}..{past + tokens - 1} run past n_positions={n}",
+        )
+        for part in (said, f"n_positions={n} positions (0..{n - 1})", f"{tokens} tokens after {past} earlier ones"):
+            if part not in message:
+                fail(f"Embeddings on {tokens} tokens after past_len={past} raised ValueError({message!r}), which does "
+                     f"not say {part!r} — keep check_positions as given, called in forward before the lookup")
+    message = rejects(mine, from_numpy(token_ids(1, 4, SMALL["vocab_size"])), past_len=-1, error=ValueError,
+                      what="Embeddings after past_len=-1", why="a position cannot be negative")
+    if "past_len must be 0 or more, got -1" not in message:
+        fail(f"Embeddings after past_len=-1 raised ValueError({message!r}), which does not give past_len, -1 — "
+             "keep check_positions as given")

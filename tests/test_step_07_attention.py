@@ -242,3 +242,12 @@ def test_is_causal(step):
     if np.abs(after[:, t:] - before[:, t:]).max() < 1e-6:
         fail(f"changing token {t} did not change any output from position {t} on: are the values used? — "
              f"{todo_in(type(mine).attend)}")
+
+
+def test_the_mask_with_nothing_cached_by_default(step):
+    """the attention's mask(seq_len) (given) is step 02's causal mask with nothing cached"""
+    mine, _ = _attention(step, SMALL)
+    got, expected = to_numpy(mine.mask(5)), to_numpy(solution(2).causal_mask(5, 0))
+    if got.shape != expected.shape or not np.array_equal(got, expected):
+        fail(f"CausalSelfAttention.mask(5) is a {list(got.shape)} mask that differs from causal_mask(5, 0): its "
+             "signature's default is past_len=0, nothing cached — keep it as given")

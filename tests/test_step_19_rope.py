@@ -157,3 +157,13 @@ def test_apply_rope_matches_apply_rotary_pos_emb(step, name, seq_len, past_len):
     ]
     assert_close(to_numpy(mine), expected.numpy(), f"apply_rope(q, cos, sin) for {seq_len} tokens after {past_len} "
                  f"({name})", mistakes=mistakes, step=step)
+
+
+def test_tables_with_nothing_cached_by_default(step):
+    """rope_tables(head_dim, theta, seq_len), with no past_len, gives positions 0 .. seq_len - 1"""
+    fn = attribute(step, "rope_tables")
+    alone = call(fn, 8, 10000.0, 5, what="rope_tables(8, 10000.0, 5)")
+    first = call(fn, 8, 10000.0, 5, 0, what="rope_tables(8, 10000.0, 5, 0)")
+    if any(not np.array_equal(to_numpy(a), to_numpy(b)) for a, b in zip(alone, first)):
+        fail("rope_tables(8, 10000.0, 5) differs from rope_tables(8, 10000.0, 5, 0): the signature's default is "
+             "past_len=0, nothing cached — keep it as given")

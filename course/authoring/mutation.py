@@ -73,12 +73,17 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "course/programs/quantize.py": ("tests/test_quantize.py",),
     "solutions/step_01_config.py": ("tests/test_step_01_config.py",),
     "solutions/step_02_causal_mask.py": ("tests/test_step_02_causal_mask.py",),
+    **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
+        "step_03_layer_norm", "step_04_mlp", "step_05_token_embeddings", "step_06_position_embeddings",
+        "step_07_attention", "step_08_residual", "step_09_block")},
     "solutions/step_12_tokenizer.py": ("tests/test_step_12_tokenizer.py", "tests/test_checkpoints.py"),
     # and the one check of step 24 that compiles a Llama (Part II) with step 13's compile_next_logits
     "solutions/step_13_generation.py": ("tests/test_step_13_generation.py",
                                         "tests/test_step_24_llama_cache.py::test_greedy_with_the_cache_matches_without_it"),
     "solutions/step_14_pretrained.py": ("tests/test_step_14_pretrained.py", "tests/test_checkpoints.py"),
     "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
+    **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
+        "step_18_rms_norm", "step_19_rope", "step_20_swiglu", "step_21_gqa")},
 }
 
 _CK = "course/checkpoints.py"
@@ -204,6 +209,59 @@ _STEP_12 = {
 
 _S02 = "solutions/step_02_causal_mask.py"
 _BAND = "return F.band_part(mask, num_lower=None, num_upper=past_len, exclude=True)"
+_S03 = "solutions/step_03_layer_norm.py"
+_VAR = "var = F.mean((x - mean) * (x - mean), axis=-1)"
+#: Step 03's TODO code (solutions/step_03_layer_norm.py).
+_STEP_03 = {
+    (_S03, "xǁLayerNormǁforward", line, line.replace(", axis=-1)", ", )")):
+        "F.mean's axis defaults to -1, the last: the same mean" for line in ("mean = F.mean(x, axis=-1)", _VAR)}
+
+_S07 = "solutions/step_07_attention.py"
+_SCORES = "scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)"
+_S18, _S19 = "solutions/step_18_rms_norm.py", "solutions/step_19_rope.py"
+_FREQ = "frequencies = 1.0 / theta ** (F.arange(0, head_dim, 2, dtype=DType.float32) / head_dim)"
+_POS = "positions = F.arange(past_len, past_len + seq_len, dtype=DType.float32)"
+_FLOAT32 = "F.arange's dtype defaults to the default dtype, which the course sets to float32 (course.runtime.setup)"
+#: Steps 18 and 19's TODO code (solutions/step_18_rms_norm.py, solutions/step_19_rope.py).
+_STEPS_18_19 = {
+    (_S18, "xǁRMSNormǁforward", "mean_square = F.mean(x * x, axis=-1)", "mean_square = F.mean(x * x, )"):
+        "F.mean's axis defaults to -1, the last: the same mean",
+    **{(_S19, "x_rope_tables", line, line.replace("dtype=DType.float32", after)): _FLOAT32
+       for line in (_FREQ, _POS) for after in ("dtype=None", "")},
+    (_S19, "x_rope_tables", "angles = F.concat([angles, angles], axis=-1)", "angles = F.concat([angles, angles], axis=+1)"):
+        "angles is [tokens, head_dim / 2]: axis +1 is axis -1",
+}
+
+_S20 = "solutions/step_20_swiglu.py"
+_S21 = "solutions/step_21_gqa.py"
+_NO_BIAS = "MAX's Linear reads bias as a truth value: None is False, and the layer has no bias alike"
+#: Steps 20 and 21's TODO code (solutions/step_20_swiglu.py, solutions/step_21_gqa.py).
+_STEPS_20_21 = {
+    **{(_S20, "xǁLlamaMLPǁ__init__", f"self.{name} = Linear({sizes}, bias=False)",
+        f"self.{name} = Linear({sizes}, bias=None)"): _NO_BIAS
+       for name, sizes in (("gate_proj", "config.hidden_size, config.intermediate_size"),
+                           ("up_proj", "config.hidden_size, config.intermediate_size"),
+                           ("down_proj", "config.intermediate_size, config.hidden_size"))},
+    **{(_S21, "xǁLlamaAttentionǁ__init__", f"self.{name} = Linear({sizes}, bias=False)",
+        f"self.{name} = Linear({sizes}, bias=None)"): _NO_BIAS
+       for name, sizes in (("q_proj", "config.hidden_size, self.n_head * self.head_dim"),
+                           ("k_proj", "config.hidden_size, self.n_kv_head * self.head_dim"),
+                           ("v_proj", "config.hidden_size, self.n_kv_head * self.head_dim"),
+                           ("o_proj", "self.n_head * self.head_dim, config.hidden_size"))},
+    (_S21, "xǁLlamaAttentionǁrepeat_kv", "copies = F.concat([copies] * groups, axis=2)",
+     "copies = F.concat([copies] * groups, axis=3)"):
+        "after the new axis of size 1, copies joined along the tokens lie in memory as along that axis: the reshape "
+        "to [B, H, T, D] gives the same heads",
+}
+
+#: Step 07's TODO code (solutions/step_07_attention.py).
+_STEP_07 = {
+    (_S07, "xǁCausalSelfAttentionǁattend", _SCORES, _SCORES.replace("(-1, -2)", "(-1, +2)")):
+        "k is [batch, heads, tokens, head_dim]: axis +2 is axis -2",
+    (_S07, "xǁCausalSelfAttentionǁattend", "weights = F.softmax(scores, axis=-1)", "weights = F.softmax(scores, )"):
+        "F.softmax's axis defaults to -1, the keys: the same weights",
+}
+
 #: Step 02's TODO code (solutions/step_02_causal_mask.py).
 _STEP_02 = {
     (_S02, "x_causal_mask", 'mask = F.full([seq_len, past_len + seq_len], float("-inf"))',
@@ -260,6 +318,10 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_Q4K,
     **_Q6K,
     **_STEP_02,
+    **_STEP_03,
+    **_STEP_07,
+    **_STEPS_18_19,
+    **_STEPS_20_21,
     **_STEP_12,
     **_STEP_13,
 }
