@@ -51,6 +51,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -483,14 +484,12 @@ def _function_lines(source: str) -> dict[str, int]:
 
 def _changed_line(original: str, diff: str, start: int) -> int | None:
     """The file's line number of a mutant's first changed line: ``start`` is the function's ``def`` line."""
-    import re
-
-    hunk = next((re.match(r"@@ -(\d+)", line) for line in diff.splitlines() if line.startswith("@@")), None)
-    if hunk is None:
+    lines = diff.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("@@")), None)
+    if first is None:
         return None
-    first = next((i for i, line in enumerate(diff.splitlines()) if line.startswith("@@")), 0)
-    offset = int(hunk[1]) - 1  # the hunk's first line, in the function's text
-    for line in diff.splitlines()[first + 1:]:  # the context lines before the first change
+    offset = int(re.match(r"@@ -(\d+)", lines[first])[1]) - 1  # the hunk's first line, in the function's text
+    for line in lines[first + 1:]:  # the context lines before the first change
         if line.startswith(("-", "+")):
             break
         offset += 1
