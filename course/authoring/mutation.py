@@ -49,6 +49,7 @@ import argparse
 import ast
 import contextlib
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -650,11 +651,11 @@ def _minutes(seconds: float) -> str:
 EQUIVALENT_HEADING, LEFT_HEADING = "Equivalent, with the reason:", "Not killed, not explained:"
 
 
-def summary(results: list[Result], children: int, kept: dict[str, list[list[str]]] | None = None) -> str:
+def summary(results: list[Result], children: int, kept: dict[str, list[list[str]]] | None = None,
+            tool: str = "mutmut") -> str:
     """The summary of ``results``, each row with its run's time and date, in TARGETS' order; ``kept``: for the
-    targets not run this time, their lines of the summary as it was (:func:`kept_lines`), kept as they were."""
-    from importlib.metadata import version
-
+    targets not run this time, their lines of the summary as it was (:func:`kept_lines`), kept as they were;
+    ``tool``: the mutation tool and its version, as the header names it."""
     kept = kept or {}
     width = max(len(name) for name in [*TARGETS, *(f"solutions/{path.name}" for path in SOLUTIONS.glob("*.py"))])
     rows, equivalent, left = {}, {}, {}
@@ -683,7 +684,7 @@ def summary(results: list[Result], children: int, kept: dict[str, list[list[str]
         equivalent.setdefault(target, old_equivalent)
         left.setdefault(target, old_left)
     order = [target for target in TARGETS if target in rows]
-    lines = [f"python -m course.authoring.mutation --write: mutmut {version('mutmut')}, {children} workers on "
+    lines = [f"python -m course.authoring.mutation --write: {tool}, {children} workers on "
              f"{os.cpu_count()} cores; each target as its last run found it, with that run's time and date (\"other\" "
              "counts the mutants a stopped run never ran)", "",
              f"{'file'.ljust(width)}  sha256        " + "  ".join(COLUMNS) + "      run time  date"]
@@ -748,7 +749,8 @@ def main(argv: list[str] | None = None) -> int:
     results = [run(target, args.children, args.last) for target in args.targets or TARGETS]
     others = [target for target in TARGETS if target not in {result.target for result in results}]
     old = SUMMARY.read_text(encoding="utf-8") if SUMMARY.is_file() else ""
-    text = summary(results, args.children, kept_lines(old, others))  # the targets not run: as the summary has them
+    # the targets not run: as the summary has them
+    text = summary(results, args.children, kept_lines(old, others), f"mutmut {importlib.metadata.version('mutmut')}")
     print()
     print(text, end="")
     for result in results:
