@@ -205,6 +205,37 @@ def call(fn, *args, what: str | None = None, **kwargs):
     return result
 
 
+def check_convert(step, finished, todos: tuple[str, ...], stored: dict, twice: dict, name: str, *more) -> None:
+    """A step's given ``convert(checkpoint, *more)``, run with the ``finished`` module's ``todos`` in place
+    of the step's (they have checks of their own): every weight of ``stored`` (some float16 or float64)
+    comes out float32, and ``twice``, one weight under two of its keys, is refused with a CheckpointError
+    naming ``name``, the model's name for it (else one of the two would silently win)."""
+    from course.checkpoints import CheckpointError
+
+    convert, own = attribute(step, "convert"), {todo: getattr(step, todo) for todo in todos}
+    for todo in todos:
+        setattr(step, todo, getattr(finished, todo))
+    try:
+        state = call(convert, dict(stored), *more, what="convert(a checkpoint in float16 and float64)")
+        wrong = {key: str(value.dtype) for key, value in state.items() if value.dtype != np.float32}
+        if wrong:
+            fail(f"convert(a checkpoint in float16 and float64) kept {wrong}: the model's weights are float32, "
+                 f"whatever the checkpoint stores — keep convert as given")
+        keys = " and ".join(twice)
+        try:
+            convert(dict(twice), *more)
+        except CheckpointError as error:
+            if name not in str(error) or "twice" not in str(error):
+                fail(f"convert({keys}) was refused with {str(error)!r}, which does not name the weight held twice "
+                     "— keep convert as given")
+            return
+        fail(f"convert({keys}) was accepted: both are the model's {name}, and one of them would silently win "
+             "— keep convert as given")
+    finally:
+        for todo, fn in own.items():
+            setattr(step, todo, fn)
+
+
 @contextlib.contextmanager
 def counting_compiles():
     """While active, counts the graphs MAX compiles or loads: yields a list that grows by one for each.

@@ -794,6 +794,15 @@ PLANTED = {
         ("residual(x, self.post_attention_layernorm, self.self_attn)", "residual(x, self.input_layernorm, self.mlp)"),
         r"\(small\): the norms trade places.* — TODO 2 in ",
     ),
+    "layer norms without rms_norm_eps": (
+        22, "RMSNorm(config.hidden_size, eps=config.rms_norm_eps)\n        self.self_attn",
+        "RMSNorm(config.hidden_size)\n        self.self_attn",
+        r"\(small-eps0\.1\): input_layernorm keeps RMSNorm's default epsilon, 1e-5, not the config's rms_norm_eps .* — TODO 1 in ",
+    ),
+    "final norm without rms_norm_eps": (
+        22, "self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)", "self.norm = RMSNorm(config.hidden_size)",
+        r"LlamaModel output for 7 tokens vs Hugging Face's: the final norm keeps RMSNorm's default epsilon.* — TODO 3 in ",
+    ),
     "embeddings named wte": (
         22, "self.embed_tokens = Embedding(", "self.wte = Embedding(",
         r"LlamaModel has no `embed_tokens\.weight` \(the name Llama's checkpoint uses\) — TODO 3 in ",

@@ -36,6 +36,15 @@ FUNCTION = '''def vet(path, values):
 '''
 
 
+HELP = '''def parse(parser, argv):
+    parser.add_argument("--n", type=int, default=1, help="how many, at most")
+    args = parser.parse_args(argv)
+    if args.n < 0:
+        raise Stop("must be 0 or more" + f", got {args.n}")
+    return args
+'''
+
+
 @pytest.mark.parametrize("mutated, rewords", [
     (FUNCTION.replace("; \"", "; XX\"").replace('" + "the', '" + "XXthe'), True),
     (FUNCTION.replace('"the course computes', '"THE COURSE COMPUTES'), True),
@@ -44,12 +53,18 @@ FUNCTION = '''def vet(path, values):
     (FUNCTION.replace('split(":")', 'split("XX:XX")'), False),
     (FUNCTION.replace(' + "the course computes n=1 only"', ""), False),
     (FUNCTION.replace('+ "the course computes n=1 only"', "+ None"), False),
+    (HELP.replace('"how many, at most"', '"XXhow many, at mostXX"'), True),
+    (HELP.replace('"must be 0 or more"', '"MUST BE 0 OR MORE"'), True),
+    (HELP.replace('"--n"', '"--N"'), False),
+    (HELP.replace("default=1,", "default=2,"), False),
 ])
 def test_only_a_messages_words_are_set_aside(mutated, rewords):
     """a mutant is set aside as rewording only when it changes nothing but the text of an exception's
-    message: not a comparison, a key, a string the code uses, or the message's parts"""
-    assert mutated != FUNCTION
-    assert rewords_a_message(FUNCTION, mutated) is rewords, mutated
+    message (the program's Stop too) or of a help text: not a comparison, a key, a flag's name, a default, a
+    string the code uses, or the message's parts"""
+    original = HELP if "parse(" in mutated else FUNCTION
+    assert mutated != original
+    assert rewords_a_message(original, mutated) is rewords, mutated
 
 
 SOLUTION = '''def pick(logits, temperature):

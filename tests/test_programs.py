@@ -1,8 +1,10 @@
 """The programs learners run: ``pixi run main`` / ``pixi run gpt2`` (``python -m course.programs.generate``).
 
-Each check runs the program in its own process, as a learner would, on a small
-random GPT-2 saved with ``save_pretrained`` together with a byte-level BPE trained
-here (no network, no real weights needed):
+The checks run the program on a small random GPT-2 saved with ``save_pretrained``
+together with a byte-level BPE trained here (no network, no real weights needed). Most
+call its ``main`` in the test process (``program_here``: faster, and seen by mutation
+testing, which follows no child process); a few start it in its own process, as a
+learner would (``program``):
 
 * greedy ``--json`` output is token-identical to ``GPT2LMHeadModel.generate`` for
   three prompts and 32 new tokens, with the KV cache and without it; the same for a
@@ -78,6 +80,23 @@ def program(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -
     )
 
 
+def program_here(capsys, *args: str | bytes) -> subprocess.CompletedProcess:
+    """The program's ``main`` in this process, as ``program`` runs it in a new one (less the start of a new
+    Python and the import of MAX): its exit status, stdout and stderr. A bytes argument reaches ``main`` as
+    Python's own start makes it of bytes that are not UTF-8 (os.fsdecode: lone surrogates)."""
+    from course.programs import generate
+
+    argv = [os.fsdecode(arg) for arg in args]
+    path = list(sys.path)  # main puts the folder whose steps it runs first on sys.path
+    capsys.readouterr()
+    try:
+        code = generate.main(argv)
+    finally:
+        sys.path[:] = path
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
 def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
     """Asserts a clean failure: non-zero exit, no traceback, nothing on stdout, the words on stderr."""
     err = result.stderr.strip()
@@ -92,8 +111,11 @@ def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
 
 @pytest.mark.parametrize("cache", ["cache", "no-cache"])
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_main_json_greedy_matches_hugging_face(request, family, cache):
-    """`main --json`, greedy, gives Hugging Face's generate tokens for 3 prompts × 32 tokens (GPT-2 and Llama)"""
+def test_main_json_greedy_matches_hugging_face(request, family, cache, capsys):
+    """`main --json`, greedy, gives Hugging Face's generate tokens for 3 prompts × 32 tokens (GPT-2 and Llama)
+
+    main runs in this process (the other checks start it anew). What it reports on stderr is checked too:
+    the model it compiles, with or without the cache, and a Llama's KV cache in bytes."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import AutoModelForCausalLM
 
@@ -104,9 +126,11 @@ def test_main_json_greedy_matches_hugging_face(request, family, cache):
     eos = reference.config.eos_token_id
     for prompt in PROMPTS:
         flags = ["--no-cache"] if cache == "no-cache" else []
-        result = program("--model", str(checkpoint), "--prompt", prompt, "--temperature", "0",
-                         "--max-new-tokens", str(NEW_TOKENS), "--json", *flags)
+        result = program_here(capsys, "--model", str(checkpoint), "--prompt", prompt, "--temperature", "0",
+                              "--max-new-tokens", str(NEW_TOKENS), "--json", *flags)
         assert result.returncode == 0, result.stderr
+        for line in reported(reference.config, checkpoint, cache == "cache"):
+            assert line in result.stderr, f"{line!r} not in {result.stderr!r}"
         out = json.loads(result.stdout)  # one object and nothing else
         assert set(out) == {"prompt_ids", "new_ids", "text"}
         assert out["prompt_ids"] == hf_tokenizer.encode(prompt).ids, "the prompt's ids differ from Hugging Face's tokenizer"
@@ -115,6 +139,27 @@ def test_main_json_greedy_matches_hugging_face(request, family, cache):
             print(note)
         assert out["text"] == hf_tokenizer.decode([t for t in out["new_ids"] if t != eos])
         assert "tok/s" in result.stderr or len(out["new_ids"]) <= 1
+
+
+def reported(hf_config, checkpoint: Path, cached: bool, kind: str = "") -> list[str]:
+    """The lines main writes to stderr before it generates: what it loads and compiles, and a Llama's cache."""
+    from safetensors.numpy import load_file
+
+    llama = hf_config.model_type == "llama"
+    layers = hf_config.num_hidden_layers if llama else hf_config.n_layer
+    millions = sum(value.size for value in load_file(checkpoint / "model.safetensors").values()) / 1e6
+    kind = ("with a KV cache" if cached else "without a cache") + kind
+    lines = [f"Loading {checkpoint} …", f"Compiling {'Llama' if llama else 'GPT-2'} ({layers} layers, {millions:.0f}M "
+             "parameters, " f"{kind}) with MAX: the first run on a machine takes a few minutes (MAX compiles and "
+             "caches it); later runs take seconds …", f"s ({kind})."]
+    if llama and cached:
+        heads, groups = hf_config.num_attention_heads, hf_config.num_key_value_heads
+        per_token = 2 * layers * groups * (hf_config.hidden_size // heads) * 4  # a key and a value, float32
+        context = hf_config.max_position_embeddings
+        lines.append(f"KV cache: {per_token / 1024:.1f} KiB a token, {per_token * context / 2**20:.1f} MiB at {context} "
+                     f"tokens ({groups} key/value heads for {heads} query heads; one per query head would take "
+                     f"{per_token * heads / groups / 1024:.1f} KiB a token).")
+    return lines
 
 
 def test_streams_text_and_reports_speed(checkpoint):
@@ -136,21 +181,303 @@ BAD = {
     "prompt longer than the context": (["--prompt", "word " * 80], ["positions"]),
     "too many new tokens": (["--prompt", "Hello", "--max-new-tokens", "200"], ["positions", "at most"]),
     "negative temperature": (["--prompt", "Hello", "--temperature", "-1"], ["temperature"]),
+    "negative new tokens": (["--prompt", "Hello", "--max-new-tokens", "-1"], ["--max-new-tokens must be 0 or more, got -1"]),
     "negative top-k": (["--prompt", "Hello", "--top-k", "-3"], ["top-k"]),
     "top-p above 1": (["--prompt", "Hello", "--top-p", "1.5"], ["top-p"]),
     "k-quant on a 64-wide model": (["--prompt", "Hello", "--quantize", "q4_k"], ["multiples of 256", "n_embd is 64"]),
     # A broken terminal's bytes: Python turns them into lone surrogates, which no tokenizer can encode.
-    "a prompt that is not valid text": (["--prompt", b"Hello \xff world"], ["not valid text", "character 7"]),
+    "a prompt that is not valid text": (["--prompt", b"Hello \xff world"], ["not valid text", "character 7 is '\\udcff'"]),
     # Refused from its size alone, before the tokenizer spends time on it.
     "a pasted blob far too long": (["--prompt", "x" * 100_000], ["100,000 bytes", "positions"]),
 }
 
 
 @pytest.mark.parametrize("name", list(BAD))
-def test_bad_input_is_one_clear_line(checkpoint, name):
-    """a bad prompt or sampling setting: one line on stderr, non-zero exit, no traceback"""
+def test_bad_input_is_one_clear_line(checkpoint, name, capsys):
+    """a bad prompt or sampling setting: one line on stderr, non-zero exit, no traceback
+
+    main runs in this process: each input is refused before anything compiles. The other checks of the
+    program's messages run it in a process of its own."""
     args, words = BAD[name]
-    one_line_error(program("--model", str(checkpoint), *args), *words)
+    result = program_here(capsys, "--model", str(checkpoint), *args)
+    one_line_error(result, *words)
+    assert result.returncode == 2, f"exit status {result.returncode}, not 2 (a fault of the input)"
+    assert "Compiling" not in result.stderr, f"a bad input was refused only after compiling: {result.stderr!r}"
+
+
+@pytest.mark.parametrize("family, cache", [("gpt2", "cache"), ("gpt2", "no-cache"), ("llama", "cache")])
+def test_the_streamed_text_is_the_whole_text(request, family, cache, capsys):
+    """without --json, stdout is the prompt, the text --json gives for the same tokens, and a newline
+
+    stderr reports what main loads and compiles, a Llama's KV cache in bytes, and the speed of the tokens."""
+    from transformers import AutoConfig
+
+    checkpoint = request.getfixturevalue("checkpoint" if family == "gpt2" else "llama_checkpoint")
+    asked = ["--model", str(checkpoint), "--prompt", "Hello", "--max-new-tokens", "12", "--temperature", "0",
+             *(["--no-cache"] if cache == "no-cache" else [])]
+    streamed = program_here(capsys, *asked)
+    assert streamed.returncode == 0, streamed.stderr
+    result = program_here(capsys, *asked, "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert result.stdout == json.dumps(out, ensure_ascii=False) + "\n", result.stdout  # one line, the text as it is
+    assert streamed.stdout == "Hello" + out["text"] + "\n", (streamed.stdout, out["text"])
+    count = len(out["new_ids"])
+    assert 1 < count <= 12, f"{count} tokens: too few to report a speed (an <|endoftext|> early?), a weak test"
+    lines = [*reported(AutoConfig.from_pretrained(checkpoint), checkpoint, cache == "cache"),
+             f"{count} tokens; first token (prefill) ", " tok/s"]
+    for line in lines:
+        assert line in streamed.stderr, f"{line!r} not in {streamed.stderr!r}"
+    assert "padded rows" not in streamed.stderr, streamed.stderr
+
+
+#: Characters of two to four UTF-8 bytes, which GPT-2's byte-level tokens split.
+UNICODE = "Café au lait ☕, naïve 😀 über-straße — done"
+
+
+def test_a_character_split_across_tokens_waits_for_its_last_byte():
+    """a character split across tokens is written when its last byte comes, never as U+FFFD
+
+    Each token's text is written as it comes, except that a character whose UTF-8 bytes are split
+    across tokens waits for its last one: what is written adds up to the text."""
+    from course.outline import GPT2_TOKENIZER
+    from course.programs.generate import stream
+
+    tokenizer = solution(12).Tokenizer.from_dir(GPT2_TOKENIZER)
+    ids = tokenizer.encode(UNICODE)
+    inside = [n for n in range(1, len(ids)) if tokenizer.decode(ids[:n]).endswith("\ufffd")]
+    assert inside, f"no token of {UNICODE!r} ends inside a character: a weak test"
+    pieces, new, times = [], [], []
+    stream(iter(ids), tokenizer.decode, pieces.append, new, times)
+    assert "".join(pieces) == UNICODE, pieces
+    assert not [piece for piece in pieces if "\ufffd" in piece], f"a piece shows U+FFFD: {pieces}"
+    # a piece for each token that ends a character, then the last (empty) one
+    assert len(pieces) == len(ids) - len(inside) + 1 and pieces[-1] == "", (len(ids), len(inside), pieces)
+    assert new == ids and len(times) == len(ids) and times == sorted(times), (new, times)
+    cut, pieces = ids[: inside[-1]], []
+    stream(iter(cut), tokenizer.decode, pieces.append, [], [])
+    assert "".join(pieces) == tokenizer.decode(cut) and pieces[-1].endswith("\ufffd"), \
+        f"the tokens end inside a character, and what is written must end as their text does: {pieces}"
+
+
+def test_kib_keeps_a_small_caches_fraction():
+    """kib: one decimal below 10 KiB, whole KiB from there on"""
+    from course.programs.generate import kib
+
+    cases = {512: "0.5", 1076: "1.1", 10 * 1024 - 1: "10.0", 10 * 1024: "10", 46_080: "45", 46_592: "46"}
+    got = {size: kib(size) for size in cases}
+    assert got == cases, got
+
+
+def test_main_compiles_what_was_asked(request, capsys):
+    """the Generator compiles the road asked for, on the device picked: step 15's cache by default, step 13's
+    graph with --no-cache (a Llama's: step 24's cache); and reports a compile time no longer than it took"""
+    import time
+
+    from course.programs import build, generate
+
+    for family, flags, road in (("gpt2", [], (15, "CachedNextLogits")), ("llama", [], (24, "CachedLlamaNextLogits")),
+                                ("gpt2", ["--no-cache"], None)):
+        checkpoint = request.getfixturevalue("checkpoint" if family == "gpt2" else "llama_checkpoint")
+        args = generate.parser("main").parse_args(["--model", str(checkpoint), *flags])
+        needed, cache_step = build.NEEDED[family]
+        path = list(sys.path)
+        try:
+            steps = generate.import_steps("solutions", args.steps_dir, [*needed, cache_step], family)
+        finally:
+            sys.path[:] = path
+        generator = generate.Generator(args, steps, *([family] if family != "gpt2" else []))  # GPT-2: the default
+        device = generator.device
+        started = time.perf_counter()
+        generator.compile()
+        took = time.perf_counter() - started
+        runner = generator.next_logits
+        if road is None:
+            assert not isinstance(runner, steps[15].CachedNextLogits), f"--no-cache compiled {type(runner).__name__}"
+        else:
+            assert isinstance(runner, getattr(steps[road[0]], road[1])), f"{family} compiled {type(runner).__name__}"
+            assert runner.device is device, f"compiled for {runner.device}, not the device picked ({device})"
+        said = capsys.readouterr().err.split("Compiled in ")[1]
+        assert float(said.split(" s ")[0]) <= took + 0.05, f"{said!r}: it took {took:.2f} s"
+
+
+def test_interactive_prompts(checkpoint, capsys, monkeypatch):
+    """without --prompt, main reads prompts until an empty line: each one's text streams (one JSON object a
+    prompt with --json), and a bad one is one line, after which the next is read"""
+    answers, asked = iter(["Hello", "x" * 100_000, "world", ""]), []
+    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or next(answers))
+    result = program_here(capsys, "--model", str(checkpoint), "--max-new-tokens", "4", "--temperature", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    assert asked == ["prompt> "] * 4, asked
+    assert "Type a prompt and press Enter (an empty line or Ctrl-D quits)." in result.stderr.splitlines(), result.stderr
+    assert "the prompt is 100,000 bytes" in result.stderr, result.stderr
+    outs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(outs) == 2 and all(len(out["new_ids"]) <= 4 for out in outs), result.stdout
+    assert result.stdout == "".join(json.dumps(out, ensure_ascii=False) + "\n" for out in outs), result.stdout
+    assert any(not out["text"].isascii() for out in outs), f"no text beyond ASCII to print as it is, a weak test: {outs}"
+    answers = iter(["Hello"])  # then Ctrl-D: input raises EOFError
+
+    def typed(prompt):
+        try:
+            return next(answers)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", typed)
+    streamed = program_here(capsys, "--model", str(checkpoint), "--max-new-tokens", "4", "--temperature", "0")
+    assert streamed.returncode == 0 and streamed.stdout.startswith("Hello"), streamed
+    assert streamed.stdout == "Hello" + outs[0]["text"] + "\n", (streamed.stdout, outs[0])
+
+
+def test_no_new_tokens_and_the_default_model(checkpoint, capsys, monkeypatch):
+    """--max-new-tokens 0 prints the prompt alone; without --model, main runs the model default_model gives
+    and prints its notice"""
+    from course.programs import generate
+
+    result = program_here(capsys, "--model", str(checkpoint), "--prompt", "Hello", "--max-new-tokens", "0")
+    assert result.returncode == 0 and result.stdout == "Hello\n", result
+    monkeypatch.setattr(generate, "default_model", lambda: (str(checkpoint), "the Hub does not answer: a notice"))
+    result = program_here(capsys, "--prompt", "Hello", "--max-new-tokens", "2", "--temperature", "0", "--json")
+    assert result.returncode == 0 and f"Loading {checkpoint} …" in result.stderr, result.stderr
+    assert "the Hub does not answer: a notice" in result.stderr, result.stderr
+
+
+def test_help_names_every_flag(capsys):
+    """--help: the program's name and purpose, and each flag with its help (and --target's two choices)"""
+    from course.programs import generate
+
+    with pytest.raises(SystemExit) as stopped:
+        generate.main(["--help"], prog="gpt2")
+    assert stopped.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help to the terminal's width
+    for words in ("usage: gpt2 ", "Generate text with the course's GPT-2.", "--target {solutions,steps}",
+                  "whose code runs (main: solutions, gpt2: steps)", "the learner's folder for --target steps",
+                  "a Hugging Face Hub id (gpt2,", "the text to continue", "how many tokens to add at most (default 50)",
+                  "0 is greedy; higher is more random (default 0.8)", "sample among the k most likely tokens",
+                  "sample among the most likely tokens that make up p", "the random seed", "where MAX runs the model",
+                  "rerun the whole sequence for every token", "store the weights in a GGUF block format",
+                  'print one object: {"prompt_ids", "new_ids", "text"}', "--device {cpu,gpu}",
+                  "--quantize {q4_0,q4_k,q6_k}"):
+        assert words in out, f"{words!r} not in --help: {out!r}"
+    # what a run without the flags does is what --help says, and each choice --help shows is taken
+    args = generate.parser("gpt2").parse_args(["--target", "solutions", "--device", "cpu"])
+    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--temperature", args.temperature),
+                        ("--top-k", args.top_k)):
+        help_text = out.split(flag, 2)[-1]  # after the usage line, the flag's own entry
+        assert f"(default {value})" in help_text.split(" --")[0], f"{flag}: the default is {value}: {help_text[:120]!r}"
+    assert args.top_p == 1 and args.seed is None and args.device == "cpu", args
+    generate.parser("gpt2").parse_args(["--target", "steps", "--device", "gpu"])
+
+
+def test_quantize_on_a_gpu_is_refused(checkpoint, capsys, monkeypatch):
+    """--quantize with a GPU picked: one line saying MAX's quantized kernels run on the CPU only, before any
+    compile (the GPU is played by a stand-in: this machine may have none)"""
+    from types import SimpleNamespace
+
+    from course.programs import generate
+
+    monkeypatch.setattr(generate, "pick_device", lambda name: SimpleNamespace(label="gpu"))
+    result = program_here(capsys, "--model", str(checkpoint), "--prompt", "Hi", "--quantize", "q4_0")
+    one_line_error(result, "--quantize q4_0: MAX 26.7's q4_0 / q4_k / q6_k matmul kernels run on the CPU only")
+    assert "Compiling" not in result.stderr, result.stderr
+
+
+def test_report_speed():
+    """the speed line: the first token's wait in ms, then the rest's rate; nothing without tokens"""
+    from course.programs import generate
+
+    from rich.console import Console
+
+    console = Console(width=200)
+    with console.capture() as captured:
+        for times in ([11.0, 11.25, 11.5], [11.0, 11.5], [11.0], []):  # each token's time; started at 10 s
+            generate.err, kept = console, generate.err
+            try:
+                generate.report_speed(10.0, times)
+            finally:
+                generate.err = kept
+    lines = captured.get().splitlines()
+    assert lines == ["3 tokens; first token (prefill) 1000 ms, then 4.0 tok/s",
+                     "2 tokens; first token (prefill) 1000 ms, then 2.0 tok/s",
+                     "1 tokens; first token (prefill) 1000 ms"], lines
+
+
+@pytest.fixture(scope="module")
+def ends_at_once(checkpoint, tmp_path_factory) -> tuple[Path, int]:
+    """The checkpoint made to pick <|endoftext|> every time: the final layer norm gives its bias alone, which is
+    that token's row of the (tied) head, made long: (folder, its id)."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path_factory.mktemp("eos-gpt2")
+    shutil.copytree(checkpoint, folder, dirs_exist_ok=True)
+    eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
+    weights = load_file(folder / "model.safetensors")
+    weights["transformer.ln_f.weight"][:] = 0.0
+    weights["transformer.ln_f.bias"][:] = weights["transformer.wte.weight"][eos]
+    weights["transformer.wte.weight"][eos] *= 40.0
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder, eos
+
+
+def test_an_end_of_text_ends_the_text(ends_at_once, capsys):
+    """a model that picks <|endoftext|> stops there, and the token is not in the text, streamed or --json"""
+    folder, eos = ends_at_once
+    asked = ["--model", str(folder), "--prompt", "Hello", "--max-new-tokens", "8"]
+    out = json.loads(program_here(capsys, *asked, "--temperature", "0", "--json").stdout)
+    assert out["new_ids"] == [eos] and out["text"] == "", out
+    streamed = program_here(capsys, *asked, "--seed", "1")
+    assert streamed.returncode == 0 and streamed.stdout == "Hello\n", streamed
+
+
+def test_the_sampling_settings_reach_the_sampler(checkpoint, capsys):
+    """--top-k 1 and a tiny --top-p leave only the likeliest token, whatever the temperature (greedy's tokens);
+    a --seed gives the same tokens again, and another seed others"""
+    def ids(*flags):
+        result = program_here(capsys, "--model", str(checkpoint), "--prompt", "Hello", "--max-new-tokens", "12",
+                              "--json", *flags)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["new_ids"]
+
+    greedy = ids("--temperature", "0")
+    for flags in (["--top-k", "1"], ["--top-k", "0", "--top-p", "1e-6"]):
+        assert ids("--temperature", "1.5", "--seed", "3", *flags) == greedy, f"{flags} did not give greedy's tokens"
+    seeded_ids = ids("--temperature", "1.5", "--top-k", "0", "--seed", "7")
+    assert ids("--temperature", "1.5", "--top-k", "0", "--seed", "7") == seeded_ids, "--seed 7 twice: other tokens"
+    assert ids("--temperature", "1.5", "--top-k", "0", "--seed", "8") != seeded_ids, "--seed 8 gave --seed 7's tokens"
+
+
+def test_padded_rows_are_never_drawn():
+    """only_tokens_below: the logits from the vocabulary's size on are -inf, the others the model's
+
+    The model's own array is left as it was (it may be read-only)."""
+    from course.programs.generate import only_tokens_below
+
+    logits, seen = np.linspace(-1, 1, 8, dtype=np.float32), []
+    logits.flags.writeable = False
+
+    def model(ids):
+        seen.append(ids)
+        return logits
+
+    got = only_tokens_below(5, model)([3, 1])
+    assert seen == [[3, 1]], seen
+    np.testing.assert_array_equal(got[:5], logits[:5])
+    assert np.all(got[5:] == -np.inf), got
+
+
+def test_a_prompts_size_is_refused_from_its_bytes():
+    """check_text refuses a prompt longer in bytes than the longest token times the positions
+
+    The refusal names the size; a prompt that just fits passes; without a longest token, only the
+    prompt's encoding is checked."""
+    from course.programs.generate import Stop, check_text
+
+    check_text("é" * 16, 4, 8)  # 32 bytes: 8 tokens of 4 bytes could hold it
+    with pytest.raises(Stop) as refused:
+        check_text("é" * 16 + "x", 4, 8)
+    assert "the prompt is 33 bytes: even in tokens of 4 bytes" in str(refused.value), refused.value
+    assert "more than the 8 positions" in str(refused.value), refused.value
+    check_text("x" * 100_000, None, 8)
 
 
 @pytest.fixture(scope="module")
@@ -172,17 +499,19 @@ def padded(checkpoint, tmp_path_factory) -> tuple[Path, int]:
     return folder, vocabulary
 
 
-def test_a_padded_vocabulary_is_never_generated(padded):
+def test_a_padded_vocabulary_is_never_generated(padded, capsys):
     """a checkpoint whose vocabulary is padded past its tokenizer's: main never generates a padded id, says so
     once, and gives Hugging Face's greedy tokens with those ids suppressed"""
     import torch
     from transformers import GPT2LMHeadModel
 
     folder, vocabulary = padded
-    result = program("--model", str(folder), "--prompt", "Hello world", "--temperature", "0",
-                     "--max-new-tokens", "16", "--json")
+    result = program_here(capsys, "--model", str(folder), "--prompt", "Hello world", "--temperature", "0",
+                          "--max-new-tokens", "16", "--json")
     assert result.returncode == 0, result.stderr
-    assert "padded rows are never generated" in result.stderr, result.stderr
+    says = (f"The model scores {GEN['vocab_size']} tokens and its tokenizer has {vocabulary}: the "
+            f"{GEN['vocab_size'] - vocabulary} padded rows are never generated.")
+    assert says in result.stderr, result.stderr
     out = json.loads(result.stdout)
     reference = GPT2LMHeadModel.from_pretrained(folder).eval()
     eos = reference.config.eos_token_id
@@ -198,30 +527,36 @@ def test_a_padded_vocabulary_is_never_generated(padded):
     assert out["new_ids"] == suppressed, f"main: {out['new_ids']}; Hugging Face, padded ids suppressed: {suppressed}"
 
 
-def test_bad_checkpoints_are_one_clear_line(checkpoint, tmp_path):
-    """a missing folder, a truncated safetensors file and an unknown or uncached Hub id: one clear line each"""
-    one_line_error(program("--model", str(tmp_path / "nowhere"), "--prompt", "Hi"), "nowhere")
+def test_bad_checkpoints_are_one_clear_line(checkpoint, tmp_path, capsys):
+    """a missing folder, a truncated safetensors file and an unknown or uncached Hub id: one clear line each
+
+    The first two in this process, the Hub's in a process of their own (huggingface_hub reads
+    HF_HUB_OFFLINE when it is imported)."""
+    one_line_error(program_here(capsys, "--model", str(tmp_path / "nowhere"), "--prompt", "Hi"),
+                   f"there is no folder {tmp_path / 'nowhere'}; pass a folder that holds config.json")
     broken = tmp_path / "broken"
     shutil.copytree(checkpoint, broken)
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    one_line_error(program("--model", str(broken), "--prompt", "Hi"), "model.safetensors")
+    one_line_error(program_here(capsys, "--model", str(broken), "--prompt", "Hi"), f"{weights}")
     offline = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     one_line_error(program("--model", "gpt2", "--prompt", "Hi", env=offline), "gpt2")
     one_line_error(program("--model", "no-such-user/no-such-model", "--prompt", "Hi", env=offline), "no-such-user/no-such-model")
 
 
-def test_main_quantized(checkpoint):
+def test_main_quantized(checkpoint, capsys):
     """`main --quantize q4_0` generates from q4_0 weights: each token is the rounded model's choice, not float32's"""
     from transformers import GPT2LMHeadModel
 
-    result = program("--model", str(checkpoint), "--prompt", "Hello world", "--temperature", "0",
-                     "--max-new-tokens", "40", "--quantize", "q4_0", "--json")
+    result = program_here(capsys, "--model", str(checkpoint), "--prompt", "Hello world", "--temperature", "0",
+                          "--max-new-tokens", "40", "--quantize", "q4_0", "--json")
     assert result.returncode == 0, result.stderr
-    assert "weights in q4_0" in result.stderr, result.stderr
+    reference = GPT2LMHeadModel.from_pretrained(checkpoint).eval()
+    for line in reported(reference.config, checkpoint, True, ", weights in q4_0"):
+        assert line in result.stderr, f"{line!r} not in {result.stderr!r}"
     out = json.loads(result.stdout)
     ids, start = out["prompt_ids"] + out["new_ids"], len(out["prompt_ids"]) - 1
-    rounded, exact = rounded_logits(GPT2LMHeadModel.from_pretrained(checkpoint).eval(), "q4_0", ids)
+    rounded, exact = rounded_logits(reference, "q4_0", ids)
     rounded, exact, chosen = rounded[start:-1], exact[start:-1], np.array(out["new_ids"])
     steps = np.arange(len(chosen))
     margin = QUANTIZED_MARGIN * np.abs(rounded).max()
@@ -351,35 +686,61 @@ def test_bench_refuses_an_unfair_gpu_race():
     assert "Hugging Face would run on the CPU" in err and "--device cpu" in err, err
 
 
-def test_device_gpu_without_one(checkpoint):
-    """--device gpu on a machine without a GPU: one clear line"""
+def test_device_gpu_without_one(checkpoint, capsys):
+    """--device gpu on a machine without a GPU: one clear line (main in this process)"""
     if _gpu_present():
         pytest.skip("this machine has a GPU, so --device gpu is valid here")
-    one_line_error(program("--model", str(checkpoint), "--prompt", "Hi", "--device", "gpu"), "GPU")
+    result = program_here(capsys, "--model", str(checkpoint), "--prompt", "Hi", "--device", "gpu")
+    one_line_error(result, "--device gpu: MAX finds no GPU on this machine")
+    assert result.returncode == 2, result
 
 
-def test_gpt2_on_unfinished_steps_names_them(tmp_path):
-    """`gpt2` on the stubs names each unfinished step and its check command, with no traceback"""
+def test_gpt2_on_unfinished_steps_names_them(checkpoint, tmp_path, capsys):
+    """`gpt2` on the stubs names each unfinished step and its check command, with no traceback (main in this
+    process); with only the cache's step left, it says how to run without it; a missing file is named"""
     from course.authoring.render import render_all
 
     render_all(tmp_path)
-    result = program("--target", "steps", "--steps-dir", str(tmp_path), "--prompt", "Hi")
+    asked = ["--target", "steps", "--steps-dir", str(tmp_path), "--model", str(checkpoint), "--prompt", "Hi"]
+    result = program_here(capsys, *asked)
     err = result.stderr
     assert result.returncode == 1 and "Traceback" not in err, err
     assert "step 07 (multi-head attention): TODO 1, 2, 3, 4, 5 — check it with `pixi run s07` (or `python -m course.check 7`)" in err, err
+    assert "--no-cache" not in err and "step 16" not in err, f"GPT-2's programs run on steps 1-15: {err}"
+    for file in SOLUTIONS.glob("step_*.py"):
+        if file.name != "step_15_kv_cache.py":
+            shutil.copy(file, tmp_path / file.name)
+    result = program_here(capsys, *asked)
+    assert result.returncode == 1, result
+    assert result.stderr.splitlines()[:3] == [
+        f"Your GPT-2 is not finished: 1 of the steps it runs on still have stubs in {tmp_path.name}/.",
+        "  step 15 (KV cache): TODO 1, 2, 3, 4 — check it with `pixi run s15` (or `python -m course.check 15`)",
+        "  (or run without the KV cache: `pixi run gpt2 --no-cache`)"], result.stderr
+    no_cache = program_here(capsys, *asked, "--no-cache", "--max-new-tokens", "2", "--temperature", "0")
+    assert no_cache.returncode == 0 and no_cache.stdout.startswith("Hi"), no_cache  # step 15 is not needed
+    (tmp_path / "step_03_layer_norm.py").unlink()
+    from course.programs.generate import Stop, import_steps
+
+    with pytest.raises(Stop) as stopped:
+        import_steps("steps", tmp_path, [3])  # the family left to its default: GPT-2's
+    assert str(stopped.value).startswith("Your GPT-2 is not finished: 1 of the steps"), stopped.value
+    result = program_here(capsys, *asked)
+    assert "step 03 (layer normalization): the file is missing — check it with `pixi run s03`" in result.stderr, result.stderr
+    assert "--no-cache" not in result.stderr, result.stderr
 
 
-def test_a_llama_on_unfinished_steps_names_part_ii(llama_checkpoint, tmp_path):
+def test_a_llama_on_unfinished_steps_names_part_ii(llama_checkpoint, tmp_path, capsys):
     """`gpt2 --model <a Llama>` on the stubs names Part II's unfinished steps too; --quantize on a Llama is one line"""
     from course.authoring.render import render_all
 
     render_all(tmp_path)
-    result = program("--target", "steps", "--steps-dir", str(tmp_path), "--model", str(llama_checkpoint), "--prompt", "Hi")
+    result = program_here(capsys, "--target", "steps", "--steps-dir", str(tmp_path), "--model", str(llama_checkpoint),
+                          "--prompt", "Hi")
     err = result.stderr
     assert result.returncode == 1 and "Traceback" not in err and "Your Llama is not finished" in err, err
     assert "step 21 (grouped-query attention): TODO 1, 2, 3 — check it with `pixi run s21`" in err, err
     assert "step 24 (Llama generation and its KV cache): TODO 1, 2, 3, 4" in err, err
-    one_line_error(program("--model", str(llama_checkpoint), "--prompt", "Hi", "--quantize", "q4_0"),
+    one_line_error(program_here(capsys, "--model", str(llama_checkpoint), "--prompt", "Hi", "--quantize", "q4_0"),
                    "--quantize runs Part I's GPT-2", "Part II runs in float32")
 
 
@@ -401,6 +762,71 @@ def test_gpt2_runs_finished_steps_only_from_steps(checkpoint, tmp_path):
     assert "step_13_generation.py" in err and "pixi run s13" in err, err
 
 
+@pytest.fixture
+def fresh_steps():
+    """No step module in sys.modules while a check runs main on a learner's folder in this process (main then
+    imports that folder's files); afterwards, sys.modules's step modules as they were."""
+    kept = {name: module for name, module in sys.modules.items() if name.startswith("step_")}
+    for name in kept:
+        del sys.modules[name]
+    yield
+    for name in [name for name in sys.modules if name.startswith("step_")]:
+        del sys.modules[name]
+    sys.modules.update(kept)
+
+
+def test_main_names_a_learners_failing_step(checkpoint, tmp_path, capsys, fresh_steps, monkeypatch):
+    """main in this process: a learner's step that fails while generating, or as it is imported, is named with
+    its check (exit status 2); a bad flag value is argparse's usage and error (2); an interrupt exits with 130"""
+    from course.programs import generate
+
+    for file in SOLUTIONS.glob("step_*.py"):
+        shutil.copy(file, tmp_path / file.name)
+    (tmp_path / "step_13_generation.py").write_text((SOLUTIONS / "step_13_generation.py").read_text().replace(
+        "return int(np.argmax(logits))", "return int(np.argmax(logits)) + undefined_name"))
+    result = program_here(capsys, "--target", "steps", "--steps-dir", str(tmp_path), "--model", str(checkpoint),
+                          "--prompt", "Hello", "--max-new-tokens", "4", "--temperature", "0")
+    assert result.returncode == 2, result
+    for words in ("NameError: name 'undefined_name' is not defined — raised at ", "step_13_generation.py, line",
+                  "; check step 13 with `pixi run s13`"):
+        assert words in result.stderr, f"{words!r} not in {result.stderr!r}"
+    (tmp_path / "step_14_pretrained.py").write_text(
+        (SOLUTIONS / "step_14_pretrained.py").read_text() + "\nundefined_at_import\n")
+    for name in [name for name in sys.modules if name.startswith("step_")]:
+        del sys.modules[name]  # the folder's steps, imported by the run above: imported anew below
+    result = program_here(capsys, "--target", "steps", "--steps-dir", str(tmp_path), "--model", str(checkpoint),
+                          "--prompt", "Hello")
+    assert result.returncode == 2, result
+    for words in ("NameError: name 'undefined_at_import' is not defined — raised at ", "step_14_pretrained.py, line",
+                  "; check step 14 with `pixi run s14`"):
+        assert words in result.stderr, f"a step that fails as it is imported: {words!r} not in {result.stderr!r}"
+    with pytest.raises(SystemExit) as stopped:
+        generate.main(["--temperature", "warm"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m course.programs.generate ") and \
+        "error: argument --temperature: invalid float value: 'warm'" in err, err
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate.Generator, "compile", interrupted)
+    assert program_here(capsys, "--model", str(checkpoint), "--prompt", "Hello").returncode == 130
+
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("probe_step_12", SOLUTIONS / "step_12_tokenizer.py")
+    ours = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ours)  # the course's file (sys.modules holds the learner's folder's now)
+
+    def fails_in_a_solution(self):
+        ours.Tokenizer({}, [])  # no <|endoftext|>: a KeyError raised in solutions/step_12_tokenizer.py
+
+    monkeypatch.setattr(generate.Generator, "compile", fails_in_a_solution)
+    result = program_here(capsys, "--model", str(checkpoint), "--prompt", "Hello")
+    assert result.returncode == 2 and "the course's solutions failed: KeyError: '<|endoftext|>'" in result.stderr, result
+
+
 def test_a_fault_blames_whose_code_it_is(tmp_path):
     """an error raised in solutions/ (what main runs) is the course's, never "check step 12"; the same error
     in a learner's copy of the step names the step and its check"""
@@ -420,9 +846,14 @@ def test_a_fault_blames_whose_code_it_is(tmp_path):
 
     ours = learner_fault(error_from(SOLUTIONS / "step_12_tokenizer.py"), SOLUTIONS)
     assert "the course's solutions failed" in ours and "pixi run s" not in ours, ours
+    assert "KeyError: '<|endoftext|>' — raised at solutions/step_12_tokenizer.py, line" in ours, ours
     shutil.copy(SOLUTIONS / "step_12_tokenizer.py", tmp_path / "step_12_tokenizer.py")
     theirs = learner_fault(error_from(tmp_path / "step_12_tokenizer.py"), tmp_path)
     assert "check step 12 with `pixi run s12` (or `python -m course.check 12`)" in theirs and "solutions failed" not in theirs, theirs
+    assert "KeyError: '<|endoftext|>' — raised at " in theirs and "step_12_tokenizer.py, line" in theirs, theirs
+    # an error raised in no step file (the folder's, or any file named step_*): one line, the error alone
+    assert learner_fault(error_from(SOLUTIONS / "step_12_tokenizer.py"), tmp_path / "elsewhere") == \
+        "unexpected error: KeyError: '<|endoftext|>'"
 
 
 # --- llama.cpp, bench's peer (the `llama` extra) -----------------------------------------------

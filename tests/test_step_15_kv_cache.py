@@ -88,11 +88,13 @@ def mask_mistakes(seq_len: int, past_len: int) -> list[Mistake]:
 
 
 def test_mask_with_a_cache(step):
-    """the cached attention's mask is step 02's mask for every past_len"""
+    """the cached attention's mask is step 02's mask for every past_len, 0 when none is given"""
     attention = build(attribute(step, "CachedSelfAttention"), solution(1).GPT2Config.from_hf(hf_config(**SMALL)))
-    for seq_len, past_len in [(5, 0), (1, 7), (3, 4)]:
-        what = f"CachedSelfAttention.mask({seq_len}, {past_len})"
-        got = call(attention.mask, seq_len, past_len, what=what)
+    for seq_len, past_len in [(5, 0), (1, 7), (3, 4), (4, None)]:
+        given = () if past_len is None else (past_len,)  # None: past_len left to its default, no cache
+        past_len = past_len or 0
+        what = f"CachedSelfAttention.mask({', '.join(map(str, (seq_len, *given)))})"
+        got = call(attention.mask, seq_len, *given, what=what)
         expected = to_numpy(solution(2).causal_mask(seq_len, past_len))
         assert_close(to_numpy(got), expected, f"{what} vs causal_mask({seq_len}, {past_len})",
                      mistakes=mask_mistakes(seq_len, past_len), step=step)
@@ -468,3 +470,34 @@ def test_decoding_does_not_recompile(step):
         guard.doing = f"decoding 20 tokens after the prompt {prompt}"
         with guard.watching():
             list(solution(13).generate(next_logits, prompt, 20, n_positions=GEN["n_positions"], temperature=0.0))
+
+
+def test_a_decode_step_feeds_only_its_new_token(step):
+    """a call that adds one id to the last call's runs the graph on that id alone, with the cache
+
+    Anything else (the same ids again, fewer, or others) starts over with a prefill of them all."""
+    next_logits = cached_next_logits(step, generation_model())
+    run, fed = next_logits.run, []
+
+    class Recording:  # the compiled graph, noting the new ids and cached tokens of each run
+        engine_model = None
+
+        @staticmethod
+        def execute(ids, *cache):
+            fed.append((ids.shape[1], cache[0].shape[2]))
+            return run.engine_model.execute(ids, *cache)
+
+    Recording.engine_model, next_logits.run = Recording, Recording
+    calls = [[1, 2, 3], [1, 2, 3, 9], [1, 2, 3, 9, 5], [1, 2, 3, 9, 5], [1, 2, 3], [4, 2]]
+    expected = [(3, 0), (1, 3), (1, 4), (5, 0), (3, 0), (2, 0)]  # (new ids, cached tokens) for each call
+    try:
+        next_logits.reset()
+        for at, (ids, (new, past)) in enumerate(zip(calls, expected)):
+            call(next_logits, ids, what=f"the call with ids {ids}")
+            ran = fed[at:] or [("no", "no")]
+            if ran != [(new, past)]:
+                fail(f"after the calls {calls[:at]}, the call with ids {ids} ran the graph on {ran[0][0]} new ids with "
+                     f"{ran[0][1]} cached, expected {new} with {past} — CachedNextLogits is given code in "
+                     f"{shown(step.__file__)}: keep it as the stub has it")
+    finally:
+        next_logits.run = run

@@ -3,6 +3,8 @@
 The layer is checked on its own first (given what ``LlamaModel`` gives each layer: the
 RoPE tables and the causal mask), then the body, then the logits with the head tied
 (SmolLM2's layout) and untied (a separate ``lm_head.weight``, as larger Llamas keep it).
+One layer and the body are checked with ``rms_norm_eps=0.1``: at SmolLM2's 1e-5, RMSNorm's
+own default, a norm that never reads the config's epsilon gives the same numbers.
 The reference modules are Hugging Face's, seeded with the course's check weights; the
 common wrong assemblies are computed with the reference's own sublayers, so that a ✗
 names the mistake and its TODO.
@@ -27,8 +29,13 @@ from reference import (
 
 pytestmark = pytest.mark.step22
 
-#: One layer at the small config's sizes and at SmolLM2-135M's (its 30 layers are not built here).
-LAYER_CONFIGS = {"small": LLAMA_SMALL, "smollm2-135m": dict(SMOLLM2_135M, num_hidden_layers=1)}
+#: An RMSNorm epsilon large enough to show: a norm left at RMSNorm's default (1e-5, SmolLM2's too) is off by
+#: about 5% where the mean square is near 1 (the layers' inputs here), not 1e-5.
+WIDE_EPS = 0.1
+#: One layer at the small config's sizes, at SmolLM2-135M's (its 30 layers are not built here), and at the
+#: small sizes with the wide epsilon.
+LAYER_CONFIGS = {"small": LLAMA_SMALL, "smollm2-135m": dict(SMOLLM2_135M, num_hidden_layers=1),
+                 "small-eps0.1": dict(LLAMA_SMALL, rms_norm_eps=WIDE_EPS)}
 #: The small config with its head tied (SmolLM2's layout) and untied (lm_head.weight of its own).
 HEADS = {"tied": LLAMA_SMALL, "untied": dict(LLAMA_SMALL, tie_word_embeddings=False)}
 SEQ = 7
@@ -39,6 +46,23 @@ def context(hf, seq: int):
     with torch.no_grad():
         tables = LlamaRotaryEmbedding(hf)(torch.zeros(1), torch.arange(seq)[None])
     return tables, torch.from_numpy(hf_causal_mask(seq, config=hf))[None, None]
+
+
+def at_default_eps(norms, fn):
+    """``fn`` run with ``norms`` at RMSNorm's default epsilon (step 18's 1e-5), as an RMSNorm built without
+    the config's ``rms_norm_eps`` has it."""
+
+    def run(x):
+        kept = [norm.variance_epsilon for norm in norms]
+        for norm in norms:
+            norm.variance_epsilon = 1e-5
+        try:
+            return fn(x)
+        finally:
+            for norm, eps in zip(norms, kept):
+                norm.variance_epsilon = eps
+
+    return run
 
 
 def layer_variants(layer: LlamaDecoderLayer, tables, mask) -> dict[str, object]:
@@ -56,6 +80,8 @@ def layer_variants(layer: LlamaDecoderLayer, tables, mask) -> dict[str, object]:
         "post-norm": lambda x: norm_2((h := norm_1(x + attn(x))) + mlp(h)),
         "no attention residual": lambda x: (h := attn(norm_1(x))) + mlp(norm_2(h)),
         "no mlp residual": lambda x: mlp(norm_2(x + attn(norm_1(x)))),
+        **{f"default eps{which}": at_default_eps(norms, lambda x: (h := x + attn(norm_1(x))) + mlp(norm_2(h)))
+           for which, norms in (("", [norm_1, norm_2]), (" 1", [norm_1]), (" 2", [norm_2]))},
     }
 
 
@@ -69,6 +95,10 @@ LAYER_MISTAKES = {
                  "normalizes each branch's input (pre-norm): x + sublayer(norm(x))",
     "no attention residual": "the attention branch does not add its input back: x + self_attn(input_layernorm(x))",
     "no mlp residual": "the MLP branch does not add its input back: x + mlp(post_attention_layernorm(x))",
+    **{f"default eps{which}": f"{norms} RMSNorm's default epsilon, 1e-5, not the config's rms_norm_eps "
+                              f"({WIDE_EPS} here): pass eps=config.rms_norm_eps"
+       for which, norms in (("", "both norms keep"), (" 1", "input_layernorm keeps"),
+                            (" 2", "post_attention_layernorm keeps"))},
 }
 
 
@@ -85,7 +115,7 @@ def test_layer_matches_llama_decoder_layer(step, name):
     mine = llama_twin(step, "LlamaDecoderLayer", reference, hf)
     x = hidden_states(2, SEQ, hf.hidden_size)
     variants = layer_variants(reference, *context(hf, SEQ))
-    mistakes = [Mistake(says, 2, lambda key=key: _run(variants[key], x))
+    mistakes = [Mistake(says, 1 if key.startswith("default eps") else 2, lambda key=key: _run(variants[key], x))
                 for key, says in LAYER_MISTAKES.items()]
     assert_close(forward(mine, x), _run(variants["right"], x),
                  f"LlamaDecoderLayer output for {SEQ} tokens vs Hugging Face's ({name})", mistakes=mistakes, step=step)
@@ -107,6 +137,7 @@ def body_variants(body: LlamaModel, ids: np.ndarray) -> dict[str, np.ndarray]:
             "no norm": layers(x, body.layers),
             "reversed": body.norm(layers(x, list(body.layers)[::-1])),
             "last layer only": body.norm(layers(x, list(body.layers)[-1:])),
+            "default eps": at_default_eps([body.norm], body.norm)(layers(x, body.layers)),
         }
     return {key: value.numpy().astype(np.float32) for key, value in found.items()}
 
@@ -116,18 +147,21 @@ BODY_MISTAKES = {
     "reversed": "the layers run last to first: layers[0] comes first",
     "last layer only": "only the last layer's output is kept: each layer takes the previous one's output "
                        "(x = layer(x))",
+    "default eps": f"the final norm keeps RMSNorm's default epsilon, 1e-5, not the config's rms_norm_eps "
+                   f"({WIDE_EPS} here): pass eps=config.rms_norm_eps",
 }
 
 
 def test_model_matches_llama_model(step):
-    """LlamaModel's hidden states match Hugging Face's LlamaModel"""
-    hf = llama_hf_config(**LLAMA_SMALL)
+    """LlamaModel's hidden states match Hugging Face's LlamaModel (with the wide epsilon)"""
+    hf = llama_hf_config(**dict(LLAMA_SMALL, rms_norm_eps=WIDE_EPS))
     reference = seeded(LlamaModel(hf), seed=22)
     mine = llama_twin(step, "LlamaModel", reference, hf)
     ids = token_ids(2, SEQ, hf.vocab_size)
     expected = body_variants(reference, ids)
     assert_close(forward(mine, ids), expected["right"], f"LlamaModel output for {SEQ} tokens vs Hugging Face's",
-                 mistakes=[Mistake(says, 4, lambda key=key: expected[key]) for key, says in BODY_MISTAKES.items()],
+                 mistakes=[Mistake(says, 3 if key == "default eps" else 4, lambda key=key: expected[key])
+                           for key, says in BODY_MISTAKES.items()],
                  step=step)
 
 

@@ -29,7 +29,7 @@ import transformers
 
 from checkpoint_folders import TOKENIZER_FILES, tokenizer_dir  # noqa: F401 - fixtures
 from course.check.hints import explain_exception, todo_label, todos_in
-from harness import assert_close, attribute, call, fail, forward, solution, todo_in
+from harness import assert_close, attribute, call, check_convert, fail, forward, solution, todo_in
 from reference import LLAMA_SMALL, SMOLLM2_135M, llama_hf_config, seeded, token_ids
 
 pytestmark = pytest.mark.step23
@@ -111,6 +111,18 @@ def test_keys_become_the_models_names(step):
             twice = "; the prefix is there twice" if str(got).startswith("model.model.") else ""
             fail(f"max_name({key!r}) is {got!r}, expected {name!r} (LlamaForCausalLM's name){twice} "
                  f"— {todo_in(rename)}")
+
+
+def test_convert_gives_float32_and_refuses_a_weight_twice(step):
+    """convert (given) makes every weight float32, and refuses a weight stored under both of its names
+
+    It runs with the course's own TODO functions (they have checks of their own). A checkpoint may store float16 or float64; "norm.weight" (a LlamaModel's save) and
+    "model.norm.weight" are one weight."""
+    stored = {"model.embed_tokens.weight": np.ones((10, 4), np.float16), "model.norm.weight": np.ones(4, np.float64),
+              "model.layers.0.mlp.up_proj.weight": np.ones((16, 4), np.float16)}
+    twice = {"norm.weight": np.ones(4, np.float32), "model.norm.weight": np.ones(4, np.float32)}
+    check_convert(step, solution(23), ("is_weight", "max_name"), stored, twice, "model.norm.weight",
+                  solution(17).LlamaConfig())
 
 
 # --- loading, and the model's logits ----------------------------------------------------------

@@ -272,14 +272,24 @@ def test_greedy_with_the_cache_matches_without_it(step, record_property):
 
 
 def test_overflowing_the_context_is_a_clear_error(step):
-    """more tokens than max_position_embeddings raise the course's ValueError, naming the limit"""
+    """max_position_embeddings tokens are read, and one more raises the course's ValueError, naming the limit
+
+    One more in a prefill or in a decode step: the ValueError names the positions and the limit."""
     next_logits, _ = _cached(step)
     limit = GEN_LLAMA["max_position_embeddings"]
-    try:
-        next_logits(list(range(2, 2 + limit + 1)))
-    except ValueError as error:
-        if f"max_position_embeddings={limit}" not in str(error):
-            fail(f"{limit + 1} tokens raised ValueError({str(error)!r}), which does not name "
-                 f"max_position_embeddings={limit}")
-        return
-    fail(f"{limit + 1} tokens were accepted by a model that learned {limit} positions")
+    full = list(range(2, 2 + limit))
+    next_logits.reset()
+    call(next_logits, full, what=f"next_logits of {limit} tokens, as many as the model learned")
+    for doing, past in ((f"a decode step after {limit} tokens", limit), (f"a prefill of {limit + 1} tokens", 0)):
+        if not past:
+            next_logits.reset()
+        try:
+            next_logits([*full, 5])
+        except ValueError as error:
+            says = f"positions {past}..{limit} do not fit"
+            if says not in str(error) or f"max_position_embeddings={limit}" not in str(error):
+                fail(f"{doing} raised ValueError({str(error)!r}), which does not say {says!r} and name "
+                     f"max_position_embeddings={limit} — CachedLlamaNextLogits is given code in "
+                     f"{shown(step.__file__)}: keep it as the stub has it")
+            continue
+        fail(f"{doing} was accepted by a model that learned {limit} positions")

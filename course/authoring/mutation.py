@@ -73,19 +73,33 @@ TARGETS: dict[str, tuple[str, ...]] = {
                               "tests/test_step_23_llama_pretrained.py", "tests/test_step_12_tokenizer.py"),
     "course/weights.py": ("tests/test_reference.py", "tests/test_checkpoints.py"),
     "course/programs/quantize.py": ("tests/test_quantize.py",),
+    # the checks that call main and its pieces in the tests' process (those that start the program anew, mutmut
+    # cannot see; the 3 prompts x 32 tokens against Hugging Face's add minutes a mutant and nothing these miss)
+    "course/programs/generate.py": tuple(f"tests/test_programs.py::test_{name}" for name in (
+        "bad_input_is_one_clear_line", "the_streamed_text_is_the_whole_text",
+        "a_character_split_across_tokens_waits_for_its_last_byte", "padded_rows_are_never_drawn",
+        "a_prompts_size_is_refused_from_its_bytes", "a_fault_blames_whose_code_it_is",
+        "a_padded_vocabulary_is_never_generated", "main_quantized", "kib_keeps_a_small_caches_fraction",
+        "main_compiles_what_was_asked", "interactive_prompts", "main_json_greedy_matches_hugging_face",
+        "report_speed", "an_end_of_text_ends_the_text", "the_sampling_settings_reach_the_sampler",
+        "device_gpu_without_one", "bad_checkpoints_are_one_clear_line", "gpt2_on_unfinished_steps_names_them",
+        "a_llama_on_unfinished_steps_names_part_ii", "no_new_tokens_and_the_default_model",
+        "main_names_a_learners_failing_step", "help_names_every_flag", "quantize_on_a_gpu_is_refused")),
     "solutions/step_01_config.py": ("tests/test_step_01_config.py",),
     "solutions/step_02_causal_mask.py": ("tests/test_step_02_causal_mask.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
         "step_03_layer_norm", "step_04_mlp", "step_05_token_embeddings", "step_06_position_embeddings",
-        "step_07_attention", "step_08_residual", "step_09_block")},
+        "step_07_attention", "step_08_residual", "step_09_block", "step_10_model", "step_11_lm_head")},
     "solutions/step_12_tokenizer.py": ("tests/test_step_12_tokenizer.py", "tests/test_checkpoints.py"),
     # and the one check of step 24 that compiles a Llama (Part II) with step 13's compile_next_logits
     "solutions/step_13_generation.py": ("tests/test_step_13_generation.py",
                                         "tests/test_step_24_llama_cache.py::test_greedy_with_the_cache_matches_without_it"),
     "solutions/step_14_pretrained.py": ("tests/test_step_14_pretrained.py", "tests/test_checkpoints.py"),
+    "solutions/step_15_kv_cache.py": ("tests/test_step_15_kv_cache.py",),
     "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
-        "step_18_rms_norm", "step_19_rope", "step_20_swiglu", "step_21_gqa")},
+        "step_18_rms_norm", "step_19_rope", "step_20_swiglu", "step_21_gqa", "step_22_llama_model",
+        "step_23_llama_pretrained", "step_24_llama_cache")},
 }
 
 _CK = "course/checkpoints.py"
@@ -99,6 +113,48 @@ _JOIN = ("join(timeout) bounds the wait whatever urlopen's own time-out: the sam
 _DAEMON = ("the probe thread ends with urlopen's time-out as join gives up; only a name lookup that hangs past it "
            "(which ignores time-outs) would keep a non-daemon thread, and so the program's exit, waiting")
 _CAP = "one more character of huggingface_hub's error, quoted after the names and values that matter: the line stays one line"
+
+_GEN = "course/programs/generate.py"
+_MILLIONS = "millions = sum(v.size for v in pretrained.state.values()) / 1e6"
+_FULL = "full = per_token * config.num_attention_heads // config.num_key_value_heads"
+_JSON = "print(json.dumps(result, ensure_ascii=False))"
+_PATH = 'sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() not in (SOLUTIONS, STEPS, steps_dir.resolve())]'
+_ONLY_FOLDER = ("every step the program imports is a file of the folder (unfinished() refuses a folder missing one, "
+                "before any import), and sys.path's first entry, the course's root or the program's, holds none: no "
+                "import can reach another folder's steps")
+_SEED = 'p.add_argument("--seed", type=int, default=None, help="the random seed: the same seed gives the same text")'
+_LONGEST = "self.longest_token = max(map(len, vocab), default=0) or None"
+_COMPILE_MODEL = "self.next_logits = build.compile_model(self.steps, pretrained, self.device, cached, args.quantize)"
+#: The programs' main (course/programs/generate.py).
+_GENERATE = {
+    (_GEN, "xǁGeneratorǁcompile", _MILLIONS, _MILLIONS.replace("1e6", "1000001.0")):
+        "a millionth part of the count, under the message's rounding to whole millions",
+    (_GEN, "xǁGeneratorǁcompile", _COMPILE_MODEL, _COMPILE_MODEL.replace("self.device", "None")):
+        "without a GPU the device picked is the CPU, the very object MAX gives for none (CPU() is one object): "
+        "only --device gpu on a GPU machine, which CI has not, could tell",
+    (_GEN, "xǁGeneratorǁcompile", _FULL, _FULL.replace(" // ", " / ")):
+        "num_attention_heads is a multiple of num_key_value_heads (step 17 refuses others): / and // give one number",
+    (_GEN, "xǁGeneratorǁeos_id", 'return getattr(self.tokenizer, "eot_id", None)',
+     'return getattr(self.tokenizer, "eot_id", )'):
+        "step 12's Tokenizer always sets eot_id (one built from a vocabulary without <|endoftext|> raises a KeyError): "
+        "the default is never read",
+    (_GEN, "xǁGeneratorǁ__init__", 'vocab = getattr(self.tokenizer, "encoder", None) or {}',
+     'vocab = getattr(self.tokenizer, "encoder", ) or {}'):
+        "step 12's Tokenizer always has its encoder (the vocabulary it is built from): the default is never read",
+    **{(_GEN, "xǁGeneratorǁ__init__", _LONGEST, _LONGEST.replace("default=0", after)):
+       "the tokenizer's vocabulary is never empty (it holds <|endoftext|> at least): max's default is never read"
+       for after in ("default=None", "default=1", "")},
+    **{(_GEN, function, _JSON, _JSON.replace("ensure_ascii=False", "ensure_ascii=None")):
+       "json.dumps reads ensure_ascii as a truth value: None is False" for function in ("x_main", "x_interactive")},
+    **{(_GEN, "x_import_steps", _PATH, after): _ONLY_FOLDER for after in (
+        _PATH.replace('Path(p or ".")', 'Path(p and ".")'), _PATH.replace('Path(p or ".")', 'Path(p or "XX.XX")'))},
+    (_GEN, "x_import_steps", "sys.path.insert(0, str(folder))", "sys.path.insert(1, str(folder))"): _ONLY_FOLDER,
+    (_GEN, "x_import_steps", "path = step_path(number, SOLUTIONS)", "path = step_path(number, )"):
+        "step_path's folder defaults to SOLUTIONS",
+    (_GEN, "x_parser", _SEED, _SEED.replace("default=None, ", "")): "argparse's default for a flag not given is None",
+    (_GEN, "xǁGeneratorǁrun", "write = (lambda piece: None) if a.json else show",
+     "write = (lambda piece: 0) if a.json else show"): "what write returns is never read",
+}
 
 _QZ = "course/programs/quantize.py"
 _SC = "sc = np.clip(np.round(_ratio(scale, d.astype(np.float32))), 0, 63).astype(np.uint8)"
@@ -170,6 +226,9 @@ _Q6K = {
         "NumPy reads the dtype None as float64: the same array",
 }
 
+_SYMBOL = "a symbolic dimension's name is only a name: one graph serves every length alike"
+_INT64 = ("the ids are Python ints, which NumPy 2 makes int64 on every 64-bit platform (an empty prompt, which would be "
+          "float64, is refused before by check_lengths)")
 _S13 = "solutions/step_13_generation.py"
 _FILTER = "def filter_logits(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:"
 _TOP_K, _TOP_P = "if 0 < top_k < logits.size:", "if top_p < 1:"
@@ -191,11 +250,29 @@ _STEP_13 = {
     (_S13, "x_filter_logits", _TOP_P, "if top_p < 2:"): _AT_ONE,
     (_S13, "x_filter_logits", 'order = np.argsort(-logits, kind="stable")', 'order = np.argsort(-logits, kind="STABLE")'):
         "NumPy reads a sort kind by its first letter, in either case: 'STABLE' is 'stable'",
-    **{(_S13, "x_compile_next_logits", _COMPILE, _COMPILE.replace('"seq"', name)):
-       "a symbolic dimension's name is only a name: one graph serves every length alike" for name in ('"XXseqXX"', '"SEQ"')},
-    **{(_S13, "x_compile_next_logits", _IDS, _IDS.replace("dtype=np.int64", after)):
-       "the ids are Python ints, which NumPy 2 makes int64 on every 64-bit platform (an empty prompt, which would be "
-       "float64, is refused before by check_lengths)" for after in ("dtype=None", "")},
+    **{(_S13, "x_compile_next_logits", _COMPILE, _COMPILE.replace('"seq"', name)): _SYMBOL
+       for name in ('"XXseqXX"', '"SEQ"')},
+    **{(_S13, "x_compile_next_logits", _IDS, _IDS.replace("dtype=np.int64", after)): _INT64
+       for after in ("dtype=None", "")},
+}
+
+_S15 = "solutions/step_15_kv_cache.py"
+_KV = 'self.kv = TensorType(DType.float32, [1, heads, "past", head_dim], self.device)'
+_SEQ = 'ids = TensorType(DType.int64, [1, "seq"], self.device)'
+_NEW = "new_ids = Buffer.from_numpy(np.asarray([new], dtype=np.int64)).to(self.device)"
+#: Step 15's given code and TODO code (solutions/step_15_kv_cache.py).
+_STEP_15 = {
+    **{(_S15, "xǁCachedNextLogitsǁ__init__", line, line.replace(f'"{name}"', after)): _SYMBOL
+       for line, name in ((_KV, "past"), (_SEQ, "seq")) for after in (f'"XX{name}XX"', f'"{name.upper()}"')},
+    **{(_S15, "xǁCachedNextLogitsǁ__call__", _NEW, _NEW.replace("dtype=np.int64", after)): _INT64
+       for after in ("dtype=None", "")},
+    (_S15, "xǁCachedSelfAttentionǁmask", "return F.concat([F.zeros([seq_len, past_len]), causal_mask(seq_len, 0)], axis=1)",
+     "return F.concat([F.zeros([seq_len, past_len]), causal_mask(seq_len, )], axis=1)"):
+        "causal_mask's past_len defaults to 0: the same mask",
+    (_S15, "xǁCachedGPT2LMHeadModelǁforward", "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[2])",
+     "x = Embeddings.forward(body, input_ids, past_len=past_keys[1].shape[2])"):
+        "every layer caches the same tokens, so layer 1's count is layer 0's; only a model of one layer, which no "
+        "GPT-2 checkpoint is, has no layer 1",
 }
 
 _S12 = "solutions/step_12_tokenizer.py"
@@ -235,10 +312,12 @@ _STEPS_18_19 = {
 }
 
 _S20 = "solutions/step_20_swiglu.py"
-_S21 = "solutions/step_21_gqa.py"
+_S21, _S22 = "solutions/step_21_gqa.py", "solutions/step_22_llama_model.py"
 _NO_BIAS = "MAX's Linear reads bias as a truth value: None is False, and the layer has no bias alike"
-#: Steps 20 and 21's TODO code (solutions/step_20_swiglu.py, solutions/step_21_gqa.py).
-_STEPS_20_21 = {
+#: Steps 20 to 22's TODO code (solutions/step_20_swiglu.py, step_21_gqa.py, step_22_llama_model.py).
+_STEPS_20_22 = {
+    (_S22, "xǁLlamaForCausalLMǁ__init__", "self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)",
+     "self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=None)"): _NO_BIAS,
     **{(_S20, "xǁLlamaMLPǁ__init__", f"self.{name} = Linear({sizes}, bias=False)",
         f"self.{name} = Linear({sizes}, bias=None)"): _NO_BIAS
        for name, sizes in (("gate_proj", "config.hidden_size, config.intermediate_size"),
@@ -323,13 +402,16 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_STEP_03,
     **_STEP_07,
     **_STEPS_18_19,
-    **_STEPS_20_21,
+    **_STEPS_20_22,
     **_STEP_12,
     **_STEP_13,
+    **_GENERATE,
+    **_STEP_15,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
-WORDING = "changes only the wording of an error message: the checks match its names and values, not its prose"
+WORDING = ("changes only the wording of an error message or a help text: the checks match its names and values, not "
+           "its prose")
 
 #: Imports that survive a fork (MAX does not): loaded once by mutmut's fork server.
 PRELOAD = ("numpy", "torch", "transformers", "transformers.models.gpt2.modeling_gpt2",
@@ -390,10 +472,15 @@ def digest(path: Path) -> str:
 # --- which mutants reword a message -----------------------------------------------------------
 
 
+#: Exceptions whose name says nothing of an error: the programs' expected failure (course.programs.generate.Stop).
+MESSAGE_CALLS = ("Stop",)
+
+
 def _message_strings(tree: ast.AST) -> set[int]:
     """ids of the str constants that are the text of an exception's message (``raise X("...")``,
-    ``SomeError(f"...")``): an argument itself, a literal part of an f-string argument, or a term of a
-    ``+`` of them. A string the message's code uses (``.split(":")``) is not one."""
+    ``SomeError(f"...")``, ``Stop(...)``) or of a help text (``add_argument(..., help="...")``): an
+    argument itself, a literal part of an f-string argument, or a term of a ``+`` of them. A string the
+    message's code uses (``.split(":")``) is not one."""
     found: set[int] = set()
 
     def text(node: ast.AST) -> None:
@@ -406,9 +493,15 @@ def _message_strings(tree: ast.AST) -> set[int]:
             text(node.right)
 
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith(("Error", "Exception")):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        if name.endswith(("Error", "Exception")) or name in MESSAGE_CALLS:
             for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
                 text(argument)
+        for keyword in node.keywords:
+            if keyword.arg in ("help", "description"):  # argparse's help texts
+                text(keyword.value)
     return found
 
 
@@ -519,7 +612,9 @@ def prepare(target: str, work: Path) -> None:
         for folder in (work, work / "mutants"):
             folder.mkdir(exist_ok=True)
             (folder / "solutions").symlink_to("src", target_is_directory=True)
-    also = sorted({name.split("/")[0] for name in files if "/" in name} - {source, "solutions", ".ci", ".github"})
+    # mutmut runs the tests in mutants/, a copy of these folders (a solution's src/ is its source, solutions/ a link)
+    also = sorted({name.split("/")[0] for name in files if "/" in name}
+                  - {source, ".ci", ".github", *(("solutions",) if source == "src" else ())})
     settings = {
         "source_paths": [source],
         "only_mutate": [_in_copy(target)],
@@ -637,7 +732,10 @@ def _read_verdicts(target: str, work: Path, result: Result) -> None:
     meta = json.loads((work / "mutants" / f"{_in_copy(target)}.meta").read_text(encoding="utf-8"))
     for mutant in result.mutants:
         if mutant.status != "equivalent":
-            mutant.status = status_by_exit_code[meta["exit_code_by_key"].get(mutant.name)]
+            status = status_by_exit_code[meta["exit_code_by_key"].get(mutant.name)]
+            # the mutant crashed the tests' process (MAX segfaults on ids or a cache of the wrong shape): the
+            # run ends red, as when a check fails
+            mutant.status = "killed" if status == "segfault" else status
 
 
 # --- the report ------------------------------------------------------------------------------------

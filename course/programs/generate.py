@@ -19,6 +19,7 @@ unfinished steps; never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
@@ -42,6 +43,23 @@ ONE_ROW_KERNELS = ("q6_k",)
 
 #: What the programs need, by step and family: everything up to the weights, and the cache.
 NEEDED = build.NEEDED
+
+
+@contextlib.contextmanager
+def status(message: str):
+    """rich's spinner with ``message`` while the block runs, on a terminal; elsewhere (a pipe, a log file),
+    the message as one line, since a spinner there shows nothing."""
+    if err.is_terminal:
+        with err.status(message):
+            yield
+    else:
+        err.print(f"[dim]{message}[/]")
+        yield
+
+
+def kib(size: float) -> str:
+    """A size in bytes, in KiB: one decimal below 10 KiB (a small model's cache is a fraction of one)."""
+    return f"{size / 1024:.1f}" if size < 10 * 1024 else f"{size / 1024:.0f}"
 
 
 class Stop(Exception):
@@ -142,7 +160,7 @@ class Generator:
     def __init__(self, args, steps: dict[int, object], family: str = "gpt2"):
         self.args, self.steps, self.family = args, steps, family
         device = pick_device(args.device)
-        with err.status(f"Loading {args.model} …"):
+        with status(f"Loading {args.model} …"):
             try:
                 pretrained = build.load(steps, args.model, family)
             except CheckpointError as error:
@@ -175,16 +193,16 @@ class Generator:
         note = "the first run on a machine takes a few minutes (MAX compiles and caches it); later runs take seconds"
         started = time.perf_counter()
         name = build.NAMES[self.family]
-        with err.status(f"Compiling {name} ({build.layers(config)} layers, {millions:.0f}M parameters, {kind}) with "
+        with status(f"Compiling {name} ({build.layers(config)} layers, {millions:.0f}M parameters, {kind}) with "
                         f"MAX: {note} …"):
             self.next_logits = build.compile_model(self.steps, pretrained, self.device, cached, args.quantize)
         err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s ({kind}).[/]")
         if cached and self.family == "llama":
             per_token = self.steps[24].kv_bytes_per_token(config)
             full = per_token * config.num_attention_heads // config.num_key_value_heads
-            err.print(f"[dim]KV cache: {per_token / 1024:.0f} KiB a token, {per_token * build.context(config) / 2**20:.1f} "
+            err.print(f"[dim]KV cache: {kib(per_token)} KiB a token, {per_token * build.context(config) / 2**20:.1f} "
                       f"MiB at {build.context(config)} tokens ({config.num_key_value_heads} key/value heads for "
-                      f"{config.num_attention_heads} query heads; one per query head would take {full / 1024:.0f} "
+                      f"{config.num_attention_heads} query heads; one per query head would take {kib(full)} "
                       f"KiB a token).[/]")
         if config.vocab_size > self.vocabulary:
             padded = config.vocab_size - self.vocabulary
@@ -217,33 +235,44 @@ class Generator:
             self.next_logits, ids, a.max_new_tokens, n_positions=build.context(self.config), eos_id=self.eos_id(),
             temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
         )
-        new, shown, times = [], "", []
+        new, times = [], []
         started = time.perf_counter()
-        if not a.json:
-            sys.stdout.write(prompt)
-            sys.stdout.flush()
+        write = (lambda piece: None) if a.json else show
+        write(prompt)
         try:
-            for token in tokens:
-                times.append(time.perf_counter())
-                new.append(int(token))
-                text = self.text(new)
-                if not a.json and not text.endswith("\ufffd"):  # wait for the rest of a UTF-8 character
-                    sys.stdout.write(text[len(shown) :])
-                    sys.stdout.flush()
-                    shown = text
-            text = self.text(new)
-            if not a.json:
-                sys.stdout.write(text[len(shown) :])
+            stream(tokens, self.text, write, new, times)
         finally:  # end the streamed line, also when an error stops the loop
-            if not a.json:
-                sys.stdout.write("\n")
-                sys.stdout.flush()
+            write("\n")
         report_speed(started, times)
-        return {"prompt_ids": ids, "new_ids": new, "text": text}
+        return {"prompt_ids": ids, "new_ids": new, "text": self.text(new)}
 
     def text(self, new: list[int]) -> str:
         eos = self.eos_id()
         return self.tokenizer.decode([t for t in new if t != eos])
+
+
+def show(piece: str) -> None:
+    """Writes ``piece`` to stdout at once."""
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+def stream(tokens, text_of, write, new: list[int], times: list[float]) -> None:
+    """Writes the text of ``tokens`` as each comes, appending it to ``new`` and the time it came to ``times``.
+
+    A token may end inside a character (an emoji is four UTF-8 bytes, often two or more tokens):
+    ``text_of`` then ends in U+FFFD, the replacement character, and the piece waits for the next
+    token, so that nothing written is ever taken back. The last piece is written whatever it holds.
+    """
+    shown = ""
+    for token in tokens:
+        times.append(time.perf_counter())
+        new.append(int(token))
+        text = text_of(new)
+        if not text.endswith("\ufffd"):  # wait for the rest of a UTF-8 character
+            write(text[len(shown) :])
+            shown = text
+    write(text_of(new)[len(shown) :])
 
 
 def check_text(prompt: str, longest_token: int | None, n_positions: int) -> None:
