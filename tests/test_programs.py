@@ -813,46 +813,44 @@ def test_main_names_a_learners_failing_step(checkpoint, tmp_path, capsys, fresh_
     monkeypatch.setattr(generate.Generator, "compile", interrupted)
     assert program_here(capsys, "--model", str(checkpoint), "--prompt", "Hello").returncode == 130
 
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("probe_step_12", SOLUTIONS / "step_12_tokenizer.py")
-    ours = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ours)  # the course's file (sys.modules holds the learner's folder's now)
-
-    def fails_in_a_solution(self):
-        ours.Tokenizer({}, [])  # no <|endoftext|>: a KeyError raised in solutions/step_12_tokenizer.py
+    def fails_in_a_solution(self):  # the course's file, loaded anew: sys.modules holds the learner's folder's now
+        raise tokenizer_error(SOLUTIONS / "step_12_tokenizer.py")
 
     monkeypatch.setattr(generate.Generator, "compile", fails_in_a_solution)
     result = program_here(capsys, "--model", str(checkpoint), "--prompt", "Hello")
     assert result.returncode == 2 and "the course's solutions failed: KeyError: '<|endoftext|>'" in result.stderr, result
 
 
+def tokenizer_error(path: Path) -> Exception:
+    """The KeyError that the step-12 file at ``path``, loaded anew, raises inside itself for a vocabulary
+    without <|endoftext|> (its traceback runs through that file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"probe_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.Tokenizer({}, [])
+    except KeyError as error:
+        return error
+    raise AssertionError("Tokenizer({}, []) raised nothing")
+
+
 def test_a_fault_blames_whose_code_it_is(tmp_path):
     """an error raised in solutions/ (what main runs) is the course's, never "check step 12"; the same error
     in a learner's copy of the step names the step and its check"""
-    import importlib.util
-
     from course.programs.generate import learner_fault
 
-    def error_from(path: Path) -> Exception:
-        spec = importlib.util.spec_from_file_location(f"probe_{path.parent.name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        try:
-            module.Tokenizer({}, [])  # no <|endoftext|> in the vocabulary: a KeyError inside the step's file
-        except KeyError as error:
-            return error
-        raise AssertionError("Tokenizer({}, []) raised nothing")
 
-    ours = learner_fault(error_from(SOLUTIONS / "step_12_tokenizer.py"), SOLUTIONS)
+    ours = learner_fault(tokenizer_error(SOLUTIONS / "step_12_tokenizer.py"), SOLUTIONS)
     assert "the course's solutions failed" in ours and "pixi run s" not in ours, ours
     assert "KeyError: '<|endoftext|>' — raised at solutions/step_12_tokenizer.py, line" in ours, ours
     shutil.copy(SOLUTIONS / "step_12_tokenizer.py", tmp_path / "step_12_tokenizer.py")
-    theirs = learner_fault(error_from(tmp_path / "step_12_tokenizer.py"), tmp_path)
+    theirs = learner_fault(tokenizer_error(tmp_path / "step_12_tokenizer.py"), tmp_path)
     assert "check step 12 with `pixi run s12` (or `python -m course.check 12`)" in theirs and "solutions failed" not in theirs, theirs
     assert "KeyError: '<|endoftext|>' — raised at " in theirs and "step_12_tokenizer.py, line" in theirs, theirs
     # an error raised in no step file (the folder's, or any file named step_*): one line, the error alone
-    assert learner_fault(error_from(SOLUTIONS / "step_12_tokenizer.py"), tmp_path / "elsewhere") == \
+    assert learner_fault(tokenizer_error(SOLUTIONS / "step_12_tokenizer.py"), tmp_path / "elsewhere") == \
         "unexpected error: KeyError: '<|endoftext|>'"
 
 
