@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from course.outline import ROOT, SOLUTIONS
-from harness import greedy_agreement, solution
+from harness import greedy_agreement, no_mojo, solution
 from reference import GEN, GEN_LLAMA, generation_model, hf_greedy, llama_hf_config, rounded_logits, seeded
 from trained_bpe import train_byte_bpe
 
@@ -987,3 +987,20 @@ def test_kernels_without_a_mojo_compiler_say_so(monkeypatch, tmp_path):
             runtime.kernels()
     finally:
         runtime.kernels.cache_clear()
+
+
+def test_kernels_compile_after_max_nn_is_imported(monkeypatch, tmp_path):
+    """course.runtime.kernels() compiles into an empty cache in a process that has imported max.nn"""
+    import max.nn  # noqa: F401 - it sets PYTHONEXECUTABLE in the C environment, outside the virtualenv
+
+    from course import runtime
+
+    if why := no_mojo():
+        pytest.skip(why)
+    monkeypatch.setattr(runtime, "max_cache", lambda: tmp_path)  # an empty cache: the package is compiled anew
+    runtime.kernels.cache_clear()
+    try:
+        package = runtime.kernels()  # raised "mojo could not compile ...: exit status 1" (`mojo` found no module mojo)
+    finally:
+        runtime.kernels.cache_clear()
+    assert package.is_file() and package.is_relative_to(tmp_path), package
