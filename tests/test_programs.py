@@ -989,6 +989,53 @@ def test_kernels_without_a_mojo_compiler_say_so(monkeypatch, tmp_path):
         runtime.kernels.cache_clear()
 
 
+def test_a_child_process_gets_the_environment_python_holds():
+    """after runtime.setup() and importing MAX's nn, a child Python sees os.environ: no PYTHONEXECUTABLE of MAX's,
+    the same sys.prefix (a virtualenv stays the virtualenv)"""
+    import max.nn  # noqa: F401 - sets PYTHONEXECUTABLE, PYTHONPATH, MOJO_PYTHON_LIBRARY in the C environment
+
+    from course import runtime
+
+    runtime.setup()  # done once for the suite (conftest); the import above must not undo it
+    code = "import os, sys; print([os.environ.get(n) for n in sys.argv[1:]], sys.prefix)"
+    child = subprocess.run([sys.executable, "-c", code, *runtime.MOJO_SETS], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == f"{[os.environ.get(n) for n in runtime.MOJO_SETS]} {sys.prefix}", child.stdout
+
+
+def test_weights_on_huge_pages_keep_their_values_in_one_advised_mapping():
+    """course.runtime.on_huge_pages gives the same arrays back, each on a cache line, in memory advised for huge pages
+
+    A float32 matrix, a uint8 array of GGUF-like blocks with an odd length, and a MAX tensor; on Linux the mapping's
+    VmFlags carry ``hg`` (MADV_HUGEPAGE), elsewhere the weights come back as they were."""
+    import mmap
+
+    from course import runtime
+
+    rng = np.random.default_rng(2)
+    weights = {"w": rng.standard_normal((5, 7), dtype=np.float32), "blocks": rng.integers(0, 255, 101, dtype=np.uint8),
+               "tensor": runtime.from_numpy(rng.standard_normal(3, dtype=np.float32))}
+    placed = runtime.on_huge_pages(weights)
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        assert placed is weights
+        return
+    for name, array in placed.items():
+        expected = runtime.to_numpy(weights[name]) if name == "tensor" else weights[name]
+        assert array.dtype == expected.dtype and array.shape == expected.shape, (name, array.dtype, array.shape)
+        assert np.array_equal(array, expected), name
+        assert array.ctypes.data % 64 == 0, (name, array.ctypes.data % 64)
+    address, mode, flags = placed["w"].ctypes.data, None, None
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        span = line.split(" ")[0]
+        if "-" in span and all(c in "0123456789abcdef-" for c in span):
+            start, end = (int(x, 16) for x in span.split("-"))
+            if start <= address < end:
+                mode, flags = line.split()[1], next(l for l in lines[i + 1:] if l.startswith("VmFlags:")).split()[1:]
+                break
+    assert flags is not None and "hg" in flags, f"the weights' mapping has VmFlags {flags}: not advised for huge pages"
+    assert mode == "rw-p", f"the weights' mapping is {mode}: a shared mapping is shared memory, never on huge pages"
+
+
 def test_kernels_compile_after_max_nn_is_imported(monkeypatch, tmp_path):
     """course.runtime.kernels() compiles into an empty cache in a process that has imported max.nn"""
     import max.nn  # noqa: F401 - it sets PYTHONEXECUTABLE in the C environment, outside the virtualenv

@@ -309,6 +309,51 @@ def test_mojo_kernel_equals_x_times_w_transposed(step, shape, mojo_kernels):
     assert_close(got, x @ w.T, f"the Mojo kernel vs x @ Wᵀ (W [{out_dim}, {in_dim}])")
 
 
+@pytest.mark.parametrize("op", ["norm", "norm and GELU", "residual"])
+def test_mojo_fused_ops_equal_numpy(step, op, mojo_kernels):
+    """the fused kernels (given code) equal NumPy's layer norm, product, bias, GELU and residual add
+
+    norm_one_row_kernel and one_row_add_kernel on W [67, 70] (leftover rows and columns), the layer norm's eps
+    0.1 (a fixed 1e-5 would be off by about 5%)."""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.nn import Linear, Module
+    from max.experimental.tensor import Tensor, TensorType
+
+    from course.runtime import from_numpy, to_numpy
+
+    out_dim, in_dim = 67, 70
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((1, in_dim), dtype=np.float32)
+    w = rng.standard_normal((out_dim, in_dim), dtype=np.float32) / in_dim**0.5
+    b = rng.standard_normal(out_dim, dtype=np.float32)
+    gamma, beta = 1 + rng.standard_normal(in_dim, dtype=np.float32) / 2, rng.standard_normal(in_dim, dtype=np.float32) / 2
+    stream = rng.standard_normal((1, out_dim), dtype=np.float32)
+    norm = solution(3).LayerNorm(in_dim, eps=0.1)
+    norm.weight, norm.bias = Tensor.from_dlpack(gamma), Tensor.from_dlpack(beta)
+    linear = Linear(in_dim, out_dim)
+    linear.weight, linear.bias = Tensor.from_dlpack(w), Tensor.from_dlpack(b)
+    normed = (x - x.mean()) / np.sqrt(x.var() + 0.1) * gamma + beta
+    if op == "residual":
+        kernel, expected = attribute(step, "one_row_add_kernel"), stream + x @ w.T + b
+    else:
+        kernel, expected = attribute(step, "norm_one_row_kernel"), normed @ w.T + b
+        if op == "norm and GELU":
+            expected = 0.5 * expected * (1 + np.tanh(np.sqrt(2 / np.pi) * (expected + 0.044715 * expected**3)))
+
+    class Fused(Module):  # one graph of the one op, its weights as the model holds them
+        def __init__(self):
+            self.norm, self.linear, self.stream = norm, linear, Tensor.from_dlpack(stream)
+
+        def forward(self, row):
+            if op == "residual":
+                return kernel(row, self.linear, self.stream)
+            return kernel(row, self.norm, self.linear.weight, self.linear.bias, gelu=op == "norm and GELU")
+
+    run = call(Fused().compile, TensorType(DType.float32, [1, in_dim], CPU()), what=f"compiling the {op} kernel")
+    assert_close(to_numpy(run(from_numpy(x))), expected, f"the fused Mojo kernel ({op}) vs NumPy, W [67, 70]")
+
+
 def test_mojo_kernel_model_matches_the_whole_sequence(step, mojo_kernels):
     """with the Mojo kernel (KernelGPT2LMHeadModel), through both graphs, the logits equal GPT2LMHeadModel's
 

@@ -21,6 +21,53 @@ comptime WIDTH = 16  # float32s per load: one 64-byte cache line, one AVX-512 re
 comptime AHEAD = 8  # rows ahead that the prefetch asks for: two groups of four
 
 
+@always_inline
+def dot_rows(sums: UnsafePointer[mut=True, Float32, _], row: UnsafePointer[Float32, _], weights: UnsafePointer[Float32, _],
+             start: Int, end: Int, k: Int):
+    """sums[r] = the dot product of W's row r with x, for the rows start to end of W [N, k], read front to back."""
+    var whole = k - k % WIDTH  # the columns that fill whole loads; the rest one at a time
+    var r = start
+    while r + 4 <= end:  # four rows at a time: four sums in flight, x loaded once
+        var p = weights + r * k
+        var s0 = SIMD[DType.float32, WIDTH](0)
+        var s1 = SIMD[DType.float32, WIDTH](0)
+        var s2 = SIMD[DType.float32, WIDTH](0)
+        var s3 = SIMD[DType.float32, WIDTH](0)
+        for c in range(0, whole, WIDTH):
+            comptime for ahead in range(AHEAD, AHEAD + 4):
+                prefetch[PrefetchOptions().for_read().low_locality()](p + ahead * k + c)
+            var xs = row.load[width=WIDTH](c)
+            s0 += p.load[width=WIDTH](c) * xs
+            s1 += p.load[width=WIDTH](k + c) * xs
+            s2 += p.load[width=WIDTH](2 * k + c) * xs
+            s3 += p.load[width=WIDTH](3 * k + c) * xs
+        var t0 = s0.reduce_add()
+        var t1 = s1.reduce_add()
+        var t2 = s2.reduce_add()
+        var t3 = s3.reduce_add()
+        for c in range(whole, k):
+            var xc = row.load(c)
+            t0 += p.load(c) * xc
+            t1 += p.load(k + c) * xc
+            t2 += p.load(2 * k + c) * xc
+            t3 += p.load(3 * k + c) * xc
+        sums.store(r, t0)
+        sums.store(r + 1, t1)
+        sums.store(r + 2, t2)
+        sums.store(r + 3, t3)
+        r += 4
+    while r < end:  # the last rows, one at a time
+        var p = weights + r * k
+        var s = SIMD[DType.float32, WIDTH](0)
+        for c in range(0, whole, WIDTH):
+            s += p.load[width=WIDTH](c) * row.load[width=WIDTH](c)
+        var t = s.reduce_add()
+        for c in range(whole, k):
+            t += p.load(c) * row.load(c)
+        sums.store(r, t)
+        r += 1
+
+
 @compiler.register("one_row")
 struct OneRow:
     @staticmethod
@@ -38,50 +85,9 @@ struct OneRow:
         var row = x.unsafe_ptr()
         var weights = w.unsafe_ptr()
         var cores = num_physical_cores()
-        var whole = k - k % WIDTH  # the columns that fill whole loads; the rest one at a time
 
-        def band(core: Int) {imm}:
-            var r = n * core // cores
-            var end = n * (core + 1) // cores
-            while r + 4 <= end:  # four rows at a time: four sums in flight, x loaded once
-                var p = weights + r * k
-                var s0 = SIMD[DType.float32, WIDTH](0)
-                var s1 = SIMD[DType.float32, WIDTH](0)
-                var s2 = SIMD[DType.float32, WIDTH](0)
-                var s3 = SIMD[DType.float32, WIDTH](0)
-                for c in range(0, whole, WIDTH):
-                    comptime for ahead in range(AHEAD, AHEAD + 4):
-                        prefetch[PrefetchOptions().for_read().low_locality()](p + ahead * k + c)
-                    var xs = row.load[width=WIDTH](c)
-                    s0 += p.load[width=WIDTH](c) * xs
-                    s1 += p.load[width=WIDTH](k + c) * xs
-                    s2 += p.load[width=WIDTH](2 * k + c) * xs
-                    s3 += p.load[width=WIDTH](3 * k + c) * xs
-                var t0 = s0.reduce_add()
-                var t1 = s1.reduce_add()
-                var t2 = s2.reduce_add()
-                var t3 = s3.reduce_add()
-                for c in range(whole, k):
-                    var xc = row.load(c)
-                    t0 += p.load(c) * xc
-                    t1 += p.load(k + c) * xc
-                    t2 += p.load(2 * k + c) * xc
-                    t3 += p.load(3 * k + c) * xc
-                out.store(r, t0)
-                out.store(r + 1, t1)
-                out.store(r + 2, t2)
-                out.store(r + 3, t3)
-                r += 4
-            while r < end:  # the last rows of the band, one at a time
-                var p = weights + r * k
-                var s = SIMD[DType.float32, WIDTH](0)
-                for c in range(0, whole, WIDTH):
-                    s += p.load[width=WIDTH](c) * row.load[width=WIDTH](c)
-                var t = s.reduce_add()
-                for c in range(whole, k):
-                    t += p.load(c) * row.load(c)
-                out.store(r, t)
-                r += 1
+        def band(core: Int) {imm}:  # each core one contiguous band of W's rows
+            dot_rows(out, row, weights, n * core // cores, n * (core + 1) // cores, k)
 
         sync_parallelize(band, cores)
 # ANCHOR_END: kernel

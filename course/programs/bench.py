@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -238,7 +239,8 @@ def _run_worker(path: str, args, model: str, accuracy: bool = False) -> dict:
                "--prompt-tokens", str(args.prompt_tokens), "--device", args.device, "--model", model,
                "--eval-tokens", str(args.eval_tokens if accuracy else 0)]
     command += ["--gguf-dir", args.gguf_dir] if args.gguf_dir else []
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    # The environment as Python holds it (runtime.restore_environment: importing max.nn changes the C one).
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
     if result.returncode != 0:
         raise SystemExit(worker_failed(path, result.returncode, result.stderr))
     return json.loads(result.stdout.strip().splitlines()[-1])

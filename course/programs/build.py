@@ -81,6 +81,7 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
     before anything is loaded, so that their float32 weights are never loaded at all.
     """
+    import numpy as np
     from max.experimental import functional as F
 
     config, state = pretrained.config, pretrained.state
@@ -97,8 +98,12 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
         from course.programs.quantize import quantize_model
 
         swapped = quantize_model(model, state, quantize, kernel)
-    model.load_state_dict({name: swapped[name] if name in swapped else runtime.from_numpy(state[name])
-                           for name, _ in model.parameters})
+    weights = {name: swapped[name] if name in swapped else state[name] for name, _ in model.parameters}
+    if decode and device.label == "cpu":  # step 16's road streams them: on 2 MiB pages (chapter 16)
+        weights = runtime.on_huge_pages(weights)
+        state.update({name: weights[name] for name in (state.keys() & weights.keys()) - swapped.keys()})  # not twice
+    model.load_state_dict({name: runtime.from_numpy(w) if isinstance(w, np.ndarray) else w
+                           for name, w in weights.items()})
     if decode:
         from max.dtype import DType
 
