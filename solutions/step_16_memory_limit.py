@@ -289,9 +289,7 @@ class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
         product's op: a block is ln_1 and c_attn, the attention, attn.c_proj and the residual add, ln_2, c_fc and
         GELU, mlp.c_proj and the residual add. With quantized Linears, ``DecodeGPT2LMHeadModel.decode``."""
         body = self.transformer
-        if isinstance(self.head, Module) or any(type(child) is not KernelDecodeLinear
-                                                for _, module in self.descendants for _, child in module.children
-                                                if isinstance(child, Linear)):
+        if isinstance(self.head, Module):  # quantize_model swapped the head, as every Linear, for a quantized one
             return super().decode(input_ids, past_keys, past_values)
         x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])
         x = x.reshape([1, x.shape[-1]])

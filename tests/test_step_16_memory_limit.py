@@ -78,11 +78,32 @@ def test_bytes_per_token_counts_every_weight_read(step, name):
     weights = reference.num_parameters() - reference.transformer.wpe.weight.numel()  # the head is tied: counted once
     config = solution(1).GPT2Config.from_hf(hf)
     count = attribute(step, "bytes_per_token")
-    for bytes_per_weight in (4, 0.5625):  # float32, and q4_0's 4.5 bits
-        got = call(count, config, bytes_per_weight, what=f"bytes_per_token(config, {bytes_per_weight})")
+    for bytes_per_weight in (4, 0.5625):  # float32 (the default: not passed), and q4_0's 4.5 bits
+        given = () if bytes_per_weight == 4 else (bytes_per_weight,)
+        got = call(count, config, *given, what=f"bytes_per_token(config{''.join(f', {b}' for b in given)})")
         assert_close(np.float64(got), np.float64(weights * bytes_per_weight),
                      f"bytes_per_token({name}, {bytes_per_weight} bytes a weight)", atol=0.5, rtol=0,
                      mistakes=_count_mistakes(config, bytes_per_weight), step=step)
+
+
+def test_roofline_is_bandwidth_over_bytes_and_bandwidth_the_best_run(step, monkeypatch):
+    """roofline is bandwidth ÷ bytes_per_token; measure_bandwidth is its matrix's bytes ÷ its fastest run (given code)
+
+    GPT-2 small reads 123,653,376 weights a token. measure_bandwidth is timed by a clock whose five runs of
+    W @ x take 3, 2, 4, 5 and 1 s: 256 MiB in 1 s."""
+    import time
+
+    test_bytes_per_token_counts_every_weight_read(step, "gpt2-small")  # TODO 1 first, with its named ✗
+    config = solution(1).GPT2Config.from_hf(hf_config(**GPT2_SMALL))
+    roofline = attribute(step, "roofline")
+    for given, bytes_per_weight in (((), 4), ((0.5625,), 0.5625)):
+        got = call(roofline, config, 30.0, *given, what=f"roofline(config, 30.0{''.join(f', {b}' for b in given)})")
+        assert got == pytest.approx(30e9 / (123_653_376 * bytes_per_weight), rel=1e-12), (bytes_per_weight, got)
+    ticks = iter([0, 3, 10, 12, 20, 24, 30, 35, 40, 41])
+    with monkeypatch.context() as patched:
+        patched.setattr(time, "perf_counter", lambda: next(ticks))
+        got = attribute(step, "measure_bandwidth")()
+    assert got == pytest.approx(256 * 2**20 / 1e9, rel=1e-12), f"measure_bandwidth gave {got} GB/s, not 0.268"
 
 
 # --- TODO 2: one row times a matrix ----------------------------------------------------------
@@ -371,6 +392,34 @@ def test_mojo_kernel_model_matches_the_whole_sequence(step, mojo_kernels):
         expected = reference(torch.tensor([ids])).logits[0, 4:].numpy()
     assert_close(np.stack(got), expected,
                  "logits with the Mojo kernel (a prefill of 5, then 19 decode steps) vs GPT2LMHeadModel over all 24")
+
+
+def test_a_float32_kernel_decode_step_is_five_ops_a_block(step, mojo_kernels, monkeypatch):
+    """the float32 kernel model's decode graph takes each layer norm, bias, GELU and residual add into the products
+
+    Recorded while the decode graph is built: per block, norm_one_row (ln_1, c_attn), norm_one_row with GELU (ln_2,
+    c_fc) and two one_row_add (the projections and the residual adds); then norm_one_row for ln_f and the head."""
+    reference = generation_model()
+    config = solution(1).GPT2Config.from_hf(reference.config)
+    calls = []
+
+    def recording(name, kernel):
+        def record(*args, **kwargs):
+            calls.append((name, kwargs.get("gelu", False)))
+            return kernel(*args, **kwargs)
+        return record
+
+    for name in ("norm_one_row_kernel", "one_row_add_kernel"):
+        monkeypatch.setattr(step, name, recording(name, attribute(step, name)))
+    model = build(attribute(step, "KernelGPT2LMHeadModel"), config)
+    load_weights(model, to_max_state(reference))
+    next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
+    call(next_logits.decode_graph, what="compiling the decode graph")
+    block = [("norm_one_row_kernel", False), ("one_row_add_kernel", False), ("norm_one_row_kernel", True),
+             ("one_row_add_kernel", False)]
+    assert calls == block * config.n_layer + [("norm_one_row_kernel", False)], (
+        f"building the float32 decode graph called {calls or 'no fused op'} (kernel, gelu); expected for each of "
+        f"the {config.n_layer} blocks {block}, then norm_one_row_kernel for ln_f and the head")
 
 
 @pytest.mark.parametrize("cache", ["float32", "float16"])
