@@ -96,6 +96,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
                                         "tests/test_step_24_llama_cache.py::test_greedy_with_the_cache_matches_without_it"),
     "solutions/step_14_pretrained.py": ("tests/test_step_14_pretrained.py", "tests/test_checkpoints.py"),
     "solutions/step_15_kv_cache.py": ("tests/test_step_15_kv_cache.py",),
+    "solutions/step_16_memory_limit.py": ("tests/test_step_16_memory_limit.py",  # and the quantized kernel road
+                                          "tests/test_quantize.py::test_the_kernel_road_gives_the_cached_q4_0_logits"),
     "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
         "step_18_rms_norm", "step_19_rope", "step_20_swiglu", "step_21_gqa", "step_22_llama_model",
@@ -275,6 +277,48 @@ _STEP_15 = {
         "GPT-2 checkpoint is, has no layer 1",
 }
 
+_S16 = "solutions/step_16_memory_limit.py"
+_EPS = "eps = F.constant([norm.eps], DType.float32, weight.device)"
+_ROWS = "w @ w[0]  # the matrix times one of its rows: float32 throughout"
+_NO_BIAS = "no_bias = F.zeros([wte.shape[0]], dtype=wte.dtype, device=wte.device)"
+_NO_GPU = ("a device of None is MAX's default, the CPU, which is the device every check here runs on: only a "
+           "GPU machine could tell them apart")
+_CPU_ONLY = ("the fused kernels run on the CPU only, where a new tensor's default dtype is float32 and its default "
+             "device the CPU (runtime.setup): the same tensor")
+#: Step 16's given code (solutions/step_16_memory_limit.py).
+_STEP_16 = {
+    **{(_S16, "x_norm_one_row_kernel", _EPS, after): _CPU_ONLY for after in (
+        _EPS.replace("DType.float32", "None"), _EPS.replace("weight.device", "None"),
+        _EPS.replace("weight.device", ""))},
+    (_S16, "x_attend_in_place", "scores = F.concat([(past_k * q).sum(-1), (k * q).sum(-1)], axis=0) * scale",
+     "scores = F.concat([(past_k * q).sum(-1), (k * q).sum(-1)], ) * scale"):
+        "F.concat's axis defaults to 0: the same scores",
+    **{(_S16, "xǁKernelGPT2LMHeadModelǁdecode", _NO_BIAS, after): _CPU_ONLY for after in (
+        _NO_BIAS.replace("dtype=wte.dtype", "dtype=None"), _NO_BIAS.replace("device=wte.device", "device=None"),
+        _NO_BIAS.replace("dtype=wte.dtype, ", ""), _NO_BIAS.replace("device=wte.device", ""))},
+    **{(_S16, "x_attend_kernel", 'parameters={"cache": past_k.dtype}, custom_extensions=kernels())', after):
+       "MAX binds the kernel's `cache` parameter from past_k's dtype (its InputTensor's dtype=cache) when it is "
+       "not passed: the same kernel, float16 included" for after in (
+        "parameters=None, custom_extensions=kernels())", "custom_extensions=kernels())")},
+    (_S16, "xǁDecodeGPT2LMHeadModelǁ__init__",
+     "setattr(module, name, self.linear(in_dim, out_dim, bias=not isinstance(child.bias, int)))",
+     "setattr(module, name, self.linear(in_dim, out_dim, ))"):
+        "every Linear of GPT-2 has a bias, which Linear's default gives",
+    **{(_S16, "xǁDecodeNextLogitsǁ__init__", line, line.replace(device, after)): _NO_GPU
+       for line, device in (("super().__init__(model, config, device)  # compiles the prefill graph, self.run", "device"),
+                            *(((f"self.{cache}_cache = [Buffer.zeros(shape, self.cache_dtype, device=self.device) "
+                                "for _ in range(layers)]"), "device=self.device") for cache in ("key", "value")))
+       for after in (("None", "") if device == "device" else ("device=None", ""))},
+    (_S16, "x_measure_bandwidth", _ROWS, _ROWS.replace("w[0]", "w[1]")):
+        "every row of the matrix is ones: any row is the same vector",
+    (_S16, "xǁKernelGPT2LMHeadModelǁdecode", "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])",
+     "x = Embeddings.forward(body, input_ids, past_len=past_keys[1].shape[0])"):
+        "every layer caches the same tokens, so layer 1's count is layer 0's (as in step 15)",
+    (_S16, "xǁDecodeGPT2LMHeadModelǁdecode", "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])",
+     "x = Embeddings.forward(body, input_ids, past_len=past_keys[1].shape[0])"):
+        "every layer caches the same tokens, so layer 1's count is layer 0's (as in step 15)",
+}
+
 _S12 = "solutions/step_12_tokenizer.py"
 _WORD = 'word = "".join(self.byte_encoder[byte] for byte in piece.encode("utf-8"))'
 _TEXT = 'return data.decode("utf-8", errors="replace")'
@@ -407,6 +451,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_STEP_13,
     **_GENERATE,
     **_STEP_15,
+    **_STEP_16,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
