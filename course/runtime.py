@@ -258,10 +258,8 @@ def kernels() -> Path:
     digest = hashlib.sha256()
     for file in sorted(source.glob("*.mojo")):
         digest.update(file.name.encode() + b"\0" + file.read_bytes())
-    # The environment as Python holds it: importing max.nn sets PYTHONEXECUTABLE in the C environment (to the
-    # interpreter outside any virtualenv), and a `mojo` script started under it cannot import its own package.
-    env = dict(os.environ)
-    found = subprocess.run([mojo, "--version"], capture_output=True, text=True, check=False, env=env)
+    restore_environment()  # a `mojo` script started outside the virtualenv cannot import its own package
+    found = subprocess.run([mojo, "--version"], capture_output=True, text=True, check=False)
     if found.returncode != 0:
         raise KernelError(f"`{mojo} --version` failed: {(found.stderr.strip().splitlines() or ['no output'])[-1]}")
     digest.update(found.stdout.strip().encode())
@@ -272,7 +270,7 @@ def kernels() -> Path:
     partial.mkdir(parents=True, exist_ok=True)
     try:
         done = subprocess.run([mojo, "precompile", str(source), "-o", str(partial / out.name)],
-                              capture_output=True, text=True, check=False, env=env)
+                              capture_output=True, text=True, check=False)
         if done.returncode != 0:
             errors = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "error" in line]
             raise KernelError(f"mojo could not compile {source}: {(errors or ['exit status ' + str(done.returncode)])[0]}")

@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -235,12 +234,14 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
 
 
 def _run_worker(path: str, args, model: str, accuracy: bool = False) -> dict:
+    from course import runtime
+
     command = [sys.executable, "-m", "course.programs.bench", "--worker", path, "--new-tokens", str(args.new_tokens),
                "--prompt-tokens", str(args.prompt_tokens), "--device", args.device, "--model", model,
                "--eval-tokens", str(args.eval_tokens if accuracy else 0)]
     command += ["--gguf-dir", args.gguf_dir] if args.gguf_dir else []
-    # The environment as Python holds it (runtime.restore_environment: importing max.nn changes the C one).
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
+    runtime.restore_environment()  # the worker's Python in this one's virtualenv, as the C environment may not say
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(worker_failed(path, result.returncode, result.stderr))
     return json.loads(result.stdout.strip().splitlines()[-1])
