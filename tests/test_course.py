@@ -1283,6 +1283,41 @@ def test_a_compiled_graph_loads_from_its_file_the_next_time(monkeypatch):
         assert path.is_file() and path.stat().st_size > 1000, f"{attempt}: {path} is missing or broken"
 
 
+# --- eager ops (course/runtime.py) ---------------------------------------------------------------------
+
+
+class _Recorder:
+    """An eager executor that records the name of each graph it is handed, and runs it on ``run``."""
+
+    def __init__(self, run):
+        self.run, self.graphs = run, []
+
+    def execute(self, graph, inputs):
+        self.graphs.append(graph.name)
+        return self.run.execute(graph, inputs)
+
+
+def test_eager_ops_run_on_the_interpreter_and_only_what_it_refuses_on_maxs_executor(monkeypatch):
+    """after runtime.setup(), MAX's interpreter runs eager ops and MAX's own executor (which compiles each new graph
+    in a pool of processes beside the check) is handed none of them; a graph the interpreter refuses is handed to it"""
+    from max.experimental import functional as F
+    from max.experimental.executor import InterpreterExecutor, default_executor
+
+    from course import runtime
+
+    executor = default_executor()
+    assert isinstance(executor, runtime.InterpretFirst), f"MAX's eager executor is {type(executor).__name__}"
+    maxs = _Recorder(InterpreterExecutor(max_ops=None))  # stands in for MAX's executor, without compiling
+    monkeypatch.setattr(executor, "fallback", maxs)
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    for refused in (False, True):
+        if refused:
+            monkeypatch.setattr(executor, "interpreter", InterpreterExecutor(max_ops=0))  # refuses every graph
+        got = runtime.to_numpy(F.tanh(runtime.from_numpy(x)) * 2.0)
+        assert np.abs(got - 2 * np.tanh(x)).max() < 1e-6, f"refused={refused}: max |Δ| {np.abs(got - 2 * np.tanh(x)).max():.1e}"
+        assert bool(maxs.graphs) == refused, f"refused={refused}: MAX's executor was handed {maxs.graphs}"
+
+
 def test_op_profile_splits_a_logged_step():
     """op_profile times each outermost op from its LAUNCH to its COMPLETE, and splits the rest of a step into the
     time between ops and Python's"""
