@@ -62,6 +62,8 @@ import time
 from pathlib import Path
 
 _done = False
+#: The default device and dtype that setup() entered, kept for the life of the process.
+_PINNED: list = []
 #: A graph that compiles (or leaves MAX's cache) faster than this is not worth a MEF file.
 KEEP_AFTER_SECONDS = 0.5
 #: The folder, inside MAX's cache, that holds the course's MEF files.
@@ -102,10 +104,12 @@ def setup() -> None:
     from max.dtype import DType
     from max.experimental.tensor import default_device, default_dtype
 
-    # Entered for the life of the process: the defaults are context variables,
-    # and the main thread's context lasts as long as the program.
-    default_device(CPU()).__enter__()
-    default_dtype(DType.float32).__enter__()
+    # Entered for the life of the process: the defaults are context variables, and the main thread's context
+    # lasts as long as the program. Each is a generator's context, kept in _PINNED: dropped, it is closed at
+    # once, and closing it undoes the setting (measured: the float32 set here was gone by the next line).
+    for pin in (default_device(CPU()), default_dtype(DType.float32)):
+        pin.__enter__()
+        _PINNED.append(pin)
     reuse_compiled_graphs()
     interpret_eager_ops()
     restore_environment()
@@ -230,7 +234,7 @@ def reuse_compiled_graphs() -> None:
     from max.graph import Graph
 
     original = InferenceSession.compile_reusing_mefs
-    if getattr(original, "course_graphs", False):
+    if hasattr(original, "original"):  # wrapped already
         return
 
     def compile_reusing_mefs(session, model, **kwargs):
@@ -258,7 +262,7 @@ def reuse_compiled_graphs() -> None:
                 trim(path.parent)
         return compiled
 
-    compile_reusing_mefs.course_graphs = True
+    compile_reusing_mefs.original = original  # MAX's own
     InferenceSession.compile_reusing_mefs = compile_reusing_mefs
 
 
@@ -355,8 +359,7 @@ def on_huge_pages(weights: dict) -> dict:
 
     if not hasattr(mmap, "MADV_HUGEPAGE"):
         return weights
-    arrays = {name: np.ascontiguousarray(np.from_dlpack(w) if hasattr(w, "__dlpack__") else w)
-              for name, w in weights.items()}
+    arrays = {name: np.ascontiguousarray(np.from_dlpack(w)) for name, w in weights.items()}
     spans = {name: -(-a.nbytes // 64) * 64 for name, a in arrays.items()}
     # Private and anonymous (a shared mapping is shared memory, which transparent huge pages leave alone);
     # zeroed, and unmapped with its last view.

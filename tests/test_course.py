@@ -1232,15 +1232,101 @@ def test_a_graph_file_names_what_the_graph_computes(tmp_path):
     assert name.parent == tmp_path and name.name.startswith("course_graph_probe-") and name.suffix == ".mef", name
 
 
-def test_the_graph_files_are_trimmed_oldest_first(tmp_path):
+class _Printed:
+    """What graph_file reads of a graph: its name and its printed body."""
+
+    def __init__(self, text: str, name: str = "probe"):
+        self.text, self.name = text, name
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def test_a_graph_file_is_named_for_the_course_kernels_it_calls_not_where_maxs_libraries_lie(tmp_path):
+    """graph_file: the same body with MAX's kernel libraries elsewhere (another virtualenv) is the same file, another
+    build of the course's kernels is another; the graph's name, made safe and cut to 60 characters, comes first; and
+    graph_path tells compile options apart"""
+    from course import runtime
+
+    def body(*libraries: str) -> str:
+        return f"mo.graph @probe {{ mo.add }} _kernel_library_paths = [{', '.join(libraries)}]"
+
+    course = f"/home/a/.cache/modular/{runtime.KERNELS}"
+    named = {what: runtime.graph_file(_Printed(text), tmp_path, "host") for what, text in {
+        "MAX's libraries here": body("/venv1/lib/max/kernels.mojopkg"),
+        "MAX's libraries there": body("/venv2/lib/max/kernels.mojopkg"),
+        "the course's kernels": body("/venv1/lib/max/kernels.mojopkg", f"{course}/0123abcd/kernels.mojoc"),
+        "another build of them": body("/venv1/lib/max/kernels.mojopkg", f"{course}/4567ef01/kernels.mojoc")}.items()}
+    assert named["MAX's libraries here"] == named["MAX's libraries there"], named
+    assert len(set(named.values())) == 3, named
+    long = runtime.graph_file(_Printed("x", name="Decode step/" + "a" * 80), tmp_path, "host")
+    assert re.fullmatch(r"Decode_step_a{48}-[0-9a-f]{24}\.mef", long.name), long.name
+    probe = _probe_graph()
+    assert runtime.graph_path(probe, {}) != runtime.graph_path(probe, {"custom_extensions": ["x"]})
+
+
+def test_what_a_graph_file_is_compiled_for_names_max_this_cpu_and_maxs_debug_settings(monkeypatch):
+    """_host: the MAX release, the CPU's model name and flags (/proc/cpuinfo, the first of each), and any
+    MODULAR_MAX_DEBUG setting, each of which changes what MAX compiles"""
+    from importlib.metadata import version
+
+    from course import runtime
+
+    host = runtime._host()
+    assert host.startswith(f"max {version('max')} | "), host
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        fields = dict(reversed(re.findall(r"^(model name|flags)\s*:\s*(.*)$", cpuinfo.read_text(), re.MULTILINE)))
+        assert f" | {fields['model name']} {fields['flags']} | " in host, host[:200]
+    monkeypatch.setenv("MODULAR_MAX_DEBUG_IR", "1")
+    assert runtime._host() != host and "('MODULAR_MAX_DEBUG_IR', '1')" in runtime._host()
+
+
+def test_max_cache_is_the_folder_max_reports(monkeypatch, tmp_path):
+    """max_cache: the parent of MAX's model cache as MAX reports it, and ~/.cache/modular where it reports none
+    or cannot say"""
+    from max._core import engine
+
+    from course import runtime
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    def fails():
+        raise RuntimeError("another MAX release")
+
+    for reported, expected in ((lambda: tmp_path / "elsewhere" / ".max_cache", tmp_path / "elsewhere"),
+                               (lambda: None, tmp_path / ".cache" / "modular"), (fails, tmp_path / ".cache" / "modular")):
+        monkeypatch.setattr(engine, "max_cache_dir", reported)
+        assert runtime.max_cache() == expected, (runtime.max_cache(), expected)
+
+
+def test_to_numpy_gives_float32():
+    """to_numpy: float32 from a MAX tensor of another dtype and from a NumPy array or list of another"""
+    from max.dtype import DType
+    from max.experimental.tensor import Tensor
+
+    from course import runtime
+
+    half = Tensor.from_dlpack(np.arange(6, dtype=np.float16).reshape(2, 3))
+    assert half.dtype == DType.float16
+    for given in (half, np.arange(6, dtype=np.float64), [1, 2, 3]):
+        got = runtime.to_numpy(given)
+        assert got.dtype == np.float32, (type(given).__name__, got.dtype)
+
+
+def test_the_graph_files_are_trimmed_oldest_first(tmp_path, monkeypatch):
     """past its limit, the folder of MEF files loses the files used longest ago, and keeps the rest"""
+    from course import runtime
     from course.runtime import trim
 
     for age, name in enumerate(["newest", "newer", "older", "oldest"]):
         file = tmp_path / f"{name}.mef"
         file.write_bytes(bytes(1000))
         os.utime(file, (1e9 - 3600 * age, 1e9 - 3600 * age))
-    trim(tmp_path, keep_bytes=2500)
+    trim(tmp_path, keep_bytes=3000)  # exactly three files' bytes: three stay
+    assert sorted(f.stem for f in tmp_path.glob("*.mef")) == ["newer", "newest", "older"], list(tmp_path.iterdir())
+    monkeypatch.setattr(runtime, "KEEP_BYTES", 2500)  # the limit when none is given
+    trim(tmp_path)
     assert sorted(f.stem for f in tmp_path.glob("*.mef")) == ["newer", "newest"], list(tmp_path.iterdir())
 
 
@@ -1252,7 +1338,11 @@ def test_a_compiled_graph_loads_from_its_file_the_next_time(monkeypatch):
 
     from course import runtime
 
-    monkeypatch.setattr(runtime, "KEEP_AFTER_SECONDS", 0.0)
+    original = InferenceSession.compile_reusing_mefs.original  # MAX's own, which runtime.setup() wrapped
+    monkeypatch.setattr(InferenceSession, "compile_reusing_mefs", original)
+    runtime.reuse_compiled_graphs()
+    runtime.reuse_compiled_graphs()  # a second call wraps nothing more
+    assert InferenceSession.compile_reusing_mefs.original is original
     opened: list[object] = []
     compile_ = InferenceSession.compile
 
@@ -1272,7 +1362,9 @@ def test_a_compiled_graph_loads_from_its_file_the_next_time(monkeypatch):
         model = session.init(session.compile_reusing_mefs(_probe_graph()))
         return model.execute(Buffer.from_numpy(x))[0].to_numpy()
 
-    for attempt in ("compiled", "loaded from its file", "compiled over a broken file", "loaded again"):
+    for attempt in ("compiled, too fast to keep", "compiled", "loaded from its file", "compiled over a broken file",
+                    "loaded again"):
+        monkeypatch.setattr(runtime, "KEEP_AFTER_SECONDS", 600.0 if "too fast" in attempt else 0.0)
         if attempt == "compiled over a broken file":
             path.write_bytes(b"not a MEF")
         opened.clear()
@@ -1280,7 +1372,68 @@ def test_a_compiled_graph_loads_from_its_file_the_next_time(monkeypatch):
         assert np.abs(got - expected).max() < 1e-5, f"{attempt}: max |Δ| {np.abs(got - expected).max():.1e}"
         from_file = any(isinstance(model, (str, Path)) and Path(model) == path for model in opened)
         assert from_file == attempt.startswith("loaded"), f"{attempt}: MAX was given {opened}"
+        if "too fast" in attempt:
+            assert not path.exists(), f"{attempt}: kept as {path}"
+            continue
         assert path.is_file() and path.stat().st_size > 1000, f"{attempt}: {path} is missing or broken"
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # what the export writes first
+        assert not partial.exists(), f"{attempt}: {partial.name} is left behind"
+
+
+def test_a_graph_file_is_kept_only_where_its_name_says_all_and_a_failed_export_changes_nothing(monkeypatch, tmp_path):
+    """the course's wrapper hands MAX, untouched, what a file's name could not tell apart (custom_extensions passed to
+    compile, a session or process with MAX's own MEF store, a model that is no Graph); keeps any other graph compiled
+    slower than KEEP_AFTER_SECONDS, with compile's options, in a folder it makes; and a failed export loses nothing"""
+    from types import SimpleNamespace
+
+    from max.engine import InferenceSession
+
+    from course import runtime
+
+    calls: list[tuple] = []
+    fail_export = False
+
+    class Compiled:
+        def export_mef(self, path):
+            if fail_export:
+                raise OSError("no space left on device")
+            Path(path).write_bytes(b"a MEF")
+
+    def maxs(session, model, **kwargs):  # stands in for MAX's compile_reusing_mefs
+        calls.append((session, model, kwargs))
+        return Compiled()
+
+    monkeypatch.setattr(InferenceSession, "compile_reusing_mefs", maxs)
+    runtime.reuse_compiled_graphs()
+    wrapped = InferenceSession.compile_reusing_mefs
+    folder = tmp_path / "not" / "made" / "yet"
+    monkeypatch.setattr(runtime, "_graphs", lambda: (folder, "host"))
+    monkeypatch.setattr(runtime, "KEEP_AFTER_SECONDS", 0.0)
+    graph, session = _probe_graph(), SimpleNamespace(_mef_store=None)
+    for what, model, kwargs, store in (("custom_extensions", graph, {"custom_extensions": ["x.mojopkg"]}, None),
+                                       ("the session's store", graph, {}, "session"),
+                                       ("the process's store", graph, {}, "process"),
+                                       ("a MEF file's path", str(tmp_path / "model.mef"), {}, None)):
+        calls.clear()
+        monkeypatch.setattr(InferenceSession, "default_mef_store", object() if store == "process" else None)
+        given = SimpleNamespace(_mef_store=object()) if store == "session" else session
+        assert isinstance(wrapped(given, model, **kwargs), Compiled), what
+        assert calls == [(given, model, kwargs)], f"{what}: MAX was handed {calls}"
+        assert not folder.exists(), f"{what}: a graph file was kept"
+    monkeypatch.setattr(InferenceSession, "default_mef_store", None)
+    for keep_after, export_fails, kept in ((600.0, False, False), (0.0, True, False), (0.0, False, True)):
+        monkeypatch.setattr(runtime, "KEEP_AFTER_SECONDS", keep_after)
+        fail_export, options = export_fails, {"tile_based_fusion": True}
+        calls.clear()
+        assert isinstance(wrapped(session, graph, **options), Compiled)
+        assert calls == [(session, graph, options)], calls
+        path = runtime.graph_path(graph, options)
+        assert path.is_file() == kept, f"kept after {keep_after} s, export failing {export_fails}: {path.is_file()}"
+    os.utime(path, (1e9, 1e9))  # used long ago
+    monkeypatch.setattr(runtime, "KEEP_BYTES", len(b"a MEF"))  # room for one file: keeping another trims the folder
+    newer = _probe_graph(scale=2.0)
+    wrapped(session, newer)
+    assert runtime.graph_path(newer, {}).is_file() and not path.exists(), sorted(p.name for p in folder.iterdir())
 
 
 # --- eager ops (course/runtime.py) ---------------------------------------------------------------------
@@ -1316,6 +1469,108 @@ def test_eager_ops_run_on_the_interpreter_and_only_what_it_refuses_on_maxs_execu
         got = runtime.to_numpy(F.tanh(runtime.from_numpy(x)) * 2.0)
         assert np.abs(got - 2 * np.tanh(x)).max() < 1e-6, f"refused={refused}: max |Δ| {np.abs(got - 2 * np.tanh(x)).max():.1e}"
         assert bool(maxs.graphs) == refused, f"refused={refused}: MAX's executor was handed {maxs.graphs}"
+
+
+def test_eager_ops_keep_an_executor_chosen_by_hand(monkeypatch):
+    """runtime.interpret_eager_ops() puts the interpreter in front of MAX's default eager executor only: neither where
+    MAX_EAGER_EXECUTOR is set nor over an executor set by hand"""
+    from max.experimental.executor import InterpreterExecutor, default_executor, set_default_executor
+
+    from course import runtime
+
+    maxs = default_executor().fallback  # MAX's default, which runtime.setup() put behind the interpreter
+    for variable, executor, replaced in ((None, maxs, True), ("composite", maxs, False), (None, InterpreterExecutor(), False)):
+        if variable:
+            monkeypatch.setenv("MAX_EAGER_EXECUTOR", variable)
+        else:
+            monkeypatch.delenv("MAX_EAGER_EXECUTOR", raising=False)
+        with set_default_executor(executor):
+            runtime.interpret_eager_ops()
+            now = default_executor()
+        case = f"MAX_EAGER_EXECUTOR={variable}, {type(executor).__name__}"
+        assert (now is not executor) == replaced, f"{case}: the executor is now {type(now).__name__}"
+        if replaced:
+            assert isinstance(now, runtime.InterpretFirst) and now.fallback is executor, case
+            assert now.interpreter is executor.interpreter, f"{case}: another interpreter than MAX's default's"
+
+
+def test_setup_prepares_max_once_per_process(monkeypatch):
+    """runtime.setup() where nothing is prepared yet: a SIGINT handler of Python's, MAX's eager-kernel log quiet, float32
+    as MAX's default dtype, the course's graph files, the interpreter in front of MAX's eager executor, and the C
+    environment as Python holds it; a second call does nothing"""
+    import logging
+    import signal
+
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.experimental.executor import default_executor, set_default_executor
+    from max.experimental.tensor import default_dtype, defaults
+
+    from course import runtime
+
+    maxs, logger = default_executor().fallback, logging.getLogger("max._eager_policy")
+    monkeypatch.setattr(runtime, "_done", False)
+    monkeypatch.delenv("MODULAR_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("MAX_EAGER_EXECUTOR", raising=False)
+    monkeypatch.setattr(logger, "level", logging.NOTSET)
+    monkeypatch.setattr(InferenceSession, "compile_reusing_mefs", InferenceSession.compile_reusing_mefs.original)
+    monkeypatch.delenv("PYTHONEXECUTABLE", raising=False)
+    monkeypatch.setenv("MOJO_PYTHON_LIBRARY", "/as/python/holds/it")
+    os.putenv("PYTHONEXECUTABLE", "/nowhere/python3")  # what importing max.nn does, here by hand
+    os.putenv("MOJO_PYTHON_LIBRARY", "/as/max/set/it")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with set_default_executor(maxs), default_dtype(DType.bfloat16):
+            runtime.setup()
+            executor, dtype = default_executor(), defaults()[0]
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            runtime.setup()  # does nothing: the handler stays Python's default
+            again = signal.getsignal(signal.SIGINT)
+    finally:
+        handler = signal.signal(signal.SIGINT, previous)
+    assert handler is signal.default_int_handler and again is signal.default_int_handler, "the second call did something"
+    assert isinstance(executor, runtime.InterpretFirst) and executor.fallback is maxs, type(executor).__name__
+    assert dtype == DType.float32, dtype
+    assert os.environ.get("MODULAR_LOG_LEVEL") == "ERROR" and logger.level == logging.ERROR, (os.environ.get(
+        "MODULAR_LOG_LEVEL"), logger.level)
+    assert getattr(InferenceSession.compile_reusing_mefs, "original", None) is not None, "no graph files"
+    code = "import os; print([os.environ.get(n) for n in ('PYTHONEXECUTABLE', 'MOJO_PYTHON_LIBRARY')])"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "[None, '/as/python/holds/it']", child.stdout
+
+
+def test_setup_installs_the_sigint_handler_that_makes_eager_ops_fast(monkeypatch):
+    """setup's SIGINT handler raises KeyboardInterrupt, as Ctrl-C does, and replaces only Python's default handler,
+    on the main thread"""
+    import signal
+    import threading
+
+    from course import runtime
+
+    own = lambda signum, frame: None  # noqa: E731 - a program's own handler
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        for start, expected in ((signal.default_int_handler, runtime._raise_keyboard_interrupt), (own, own)):
+            signal.signal(signal.SIGINT, start)
+            runtime.install_sigint_handler()
+            assert signal.getsignal(signal.SIGINT) is expected, f"from {start}: {signal.getsignal(signal.SIGINT)}"
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        errors: list[Exception] = []
+
+        def elsewhere():  # on another thread, where signal.signal raises ValueError
+            try:
+                runtime.install_sigint_handler()
+            except Exception as error:  # noqa: BLE001 - recorded for the assertion below
+                errors.append(error)
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        assert not errors and signal.getsignal(signal.SIGINT) is signal.default_int_handler, errors
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    with pytest.raises(KeyboardInterrupt):
+        runtime._raise_keyboard_interrupt(signal.SIGINT, None)
 
 
 def test_op_profile_splits_a_logged_step():

@@ -1012,7 +1012,7 @@ def test_weights_on_huge_pages_keep_their_values_in_one_advised_mapping():
     from course import runtime
 
     rng = np.random.default_rng(2)
-    weights = {"w": rng.standard_normal((5, 7), dtype=np.float32), "blocks": rng.integers(0, 255, 101, dtype=np.uint8),
+    weights = {"w": rng.standard_normal((5, 7), dtype=np.float32), "blocks": rng.integers(0, 255, 4161, dtype=np.uint8),
                "tensor": runtime.from_numpy(rng.standard_normal(3, dtype=np.float32))}
     placed = runtime.on_huge_pages(weights)
     if not hasattr(mmap, "MADV_HUGEPAGE"):
@@ -1023,6 +1023,10 @@ def test_weights_on_huge_pages_keep_their_values_in_one_advised_mapping():
         assert array.dtype == expected.dtype and array.shape == expected.shape, (name, array.dtype, array.shape)
         assert np.array_equal(array, expected), name
         assert array.ctypes.data % 64 == 0, (name, array.ctypes.data % 64)
+    starts = [placed[name].ctypes.data for name in weights]
+    assert starts[0] % runtime.HUGE_PAGE == 0, f"the first weight starts {starts[0] % runtime.HUGE_PAGE} bytes into a 2 MiB page"
+    ends = [start + (placed[name].nbytes + 63) // 64 * 64 for start, name in zip(starts, weights)]
+    assert starts[1:] == ends[:-1], f"the weights do not follow one another, each on the next cache line: {starts} {ends}"
     address, mode, flags = placed["w"].ctypes.data, None, None
     lines = Path("/proc/self/smaps").read_text().splitlines()
     for i, line in enumerate(lines):

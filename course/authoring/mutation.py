@@ -85,6 +85,21 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "device_gpu_without_one", "bad_checkpoints_are_one_clear_line", "gpt2_on_unfinished_steps_names_them",
         "a_llama_on_unfinished_steps_names_part_ii", "no_new_tokens_and_the_default_model",
         "main_names_a_learners_failing_step", "help_names_every_flag", "quantize_on_a_gpu_is_refused")),
+    # what reaches it in the tests' process: the graph files, the eager executor, the kernels' build, the environment
+    # of child processes, the huge pages, and a step's eager checks (to_numpy, from_numpy)
+    "course/runtime.py": (*(f"tests/test_course.py::test_{name}" for name in (
+        "a_graph_file_names_what_the_graph_computes", "the_graph_files_are_trimmed_oldest_first",
+        "a_compiled_graph_loads_from_its_file_the_next_time", "eager_ops_run_on_the_interpreter_and_only_what_it_"
+        "refuses_on_maxs_executor", "eager_ops_keep_an_executor_chosen_by_hand", "setup_prepares_max_once_per_process",
+        "setup_installs_the_sigint_handler_that_makes_eager_ops_fast",
+        "a_graph_file_is_named_for_the_course_kernels_it_calls_not_where_maxs_libraries_lie",
+        "what_a_graph_file_is_compiled_for_names_max_this_cpu_and_maxs_debug_settings",
+        "max_cache_is_the_folder_max_reports", "to_numpy_gives_float32",
+        "a_graph_file_is_kept_only_where_its_name_says_all_and_a_failed_export_changes_nothing")),
+        *(f"tests/test_programs.py::test_{name}" for name in (
+            "kernels_without_a_mojo_compiler_say_so", "a_child_process_gets_the_environment_python_holds",
+            "weights_on_huge_pages_keep_their_values_in_one_advised_mapping", "kernels_compile_after_max_nn_is_imported")),
+        "tests/test_step_05_token_embeddings.py", "tests/test_step_16_memory_limit.py::test_mojo_fused_ops_equal_numpy"),
     "solutions/step_01_config.py": ("tests/test_step_01_config.py",),
     "solutions/step_02_causal_mask.py": ("tests/test_step_02_causal_mask.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
@@ -397,6 +412,43 @@ _STEP_02 = {
 
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
 #: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
+_RT = "course/runtime.py"
+_PIN = "for pin in (default_device(CPU()), default_dtype(DType.float32)):"
+_CPU_WORD = "cpu = platform.processor() or platform.machine()"
+_RACE = ("only when another process removes the file between this one's listing (or check) and this call: the "
+         "course's own use never does")
+_UNLINK_OLD, _UNLINK_BROKEN = "file.unlink(missing_ok=True)", "path.unlink(missing_ok=True)"
+_BODY = r'body = re.sub(r"_kernel_library_paths = \[[^\]]*\]", "", text)'
+_DIGEST = "digest = hashlib.sha256(f\"{host}\\n{body}{libraries or ''}\".encode()).hexdigest()[:24]"
+_SAME_NAMES = ("the same text for every graph: the files' names change once, and stay as distinct (another op, shape, "
+               "constant or kernel build) and as stable (MAX's libraries elsewhere)")
+#: The course's runtime (course/runtime.py).
+_RUNTIME = {
+    (_RT, "x_setup", _PIN, _PIN.replace("CPU()", "None")):
+        "no default device is MAX's default, the CPU on a machine without an accelerator, which CI is: only a GPU "
+        "machine could tell (the pin itself is checked through the dtype)",
+    (_RT, "x_setup", _PIN, _PIN.replace("DType.float32", "None")):
+        "no default dtype is MAX's default for the device, float32 on the CPU: only a GPU machine could tell",
+    (_RT, "x__host", _CPU_WORD, "cpu = None"): "on Linux the CPU's words come from /proc/cpuinfo, over this line's",
+    (_RT, "x__host", _CPU_WORD, _CPU_WORD.replace(" or ", " and ")):
+        "on Linux the CPU's words come from /proc/cpuinfo, over this line's",
+    (_RT, "x__host", "return f\"max {version('max')} | {platform.system()} {platform.machine()} | {cpu} | {debug}\"",
+     "return f\"max {version('MAX')} | {platform.system()} {platform.machine()} | {cpu} | {debug}\""):
+        "a distribution's name is normalized: version('MAX') is version('max')",
+    (_RT, "x_trim", "with contextlib.suppress(OSError):  # another process may trim too",
+     "with contextlib.suppress(None):  # another process may trim too"): _RACE,
+    (_RT, "x_trim", _UNLINK_OLD, _UNLINK_OLD.replace("True", "None")): _RACE,
+    (_RT, "x_trim", _UNLINK_OLD, _UNLINK_OLD.replace("True", "False")): _RACE,
+    (_RT, "x_reuse_compiled_graphs", _UNLINK_BROKEN, _UNLINK_BROKEN.replace("True", "None")): _RACE,
+    (_RT, "x_reuse_compiled_graphs", _UNLINK_BROKEN, _UNLINK_BROKEN.replace("True", "False")): _RACE,
+    (_RT, "x_reuse_compiled_graphs", "with contextlib.suppress(OSError):", "with contextlib.suppress(None):"): _RACE,
+    (_RT, "x_max_cache", "found = None", 'found = ""'): "an empty name and None are both false: the default place",
+    (_RT, "x__host", "with contextlib.suppress(OSError):", "with contextlib.suppress(None):"):
+        "only a system without /proc/cpuinfo raises here (macOS): on Linux, CI's, it is read",
+    (_RT, "x_graph_file", _BODY, _BODY.replace('"", text', '"XXXX", text')): _SAME_NAMES,
+    (_RT, "x_graph_file", _DIGEST, _DIGEST.replace("or ''", "or 'XXXX'")): _SAME_NAMES,
+}
+
 EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **{(_CK, function, line, line.replace('"utf-8"', '"UTF-8"')): _UTF8_NAME
        for function, line in (
@@ -452,6 +504,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_GENERATE,
     **_STEP_15,
     **_STEP_16,
+    **_RUNTIME,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
