@@ -410,8 +410,6 @@ _STEP_02 = {
         "band_part's num_lower defaults to None (no limit below the diagonal): the same band",
 }
 
-#: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
-#: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
 _RT = "course/runtime.py"
 _PIN = "for pin in (default_device(CPU()), default_dtype(DType.float32)):"
 _CPU_WORD = "cpu = platform.processor() or platform.machine()"
@@ -449,6 +447,8 @@ _RUNTIME = {
     (_RT, "x_graph_file", _DIGEST, _DIGEST.replace("or ''", "or 'XXXX'")): _SAME_NAMES,
 }
 
+#: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
+#: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
 EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **{(_CK, function, line, line.replace('"utf-8"', '"UTF-8"')): _UTF8_NAME
        for function, line in (
