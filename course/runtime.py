@@ -35,7 +35,7 @@ or one ``F.lazy()`` block) on its interpreter and, at the same time, sends it to
 pool of compiler processes; once a compile lands, that graph runs compiled. On two
 cores those processes take the CPU from the check that waits: a learner's model
 run eagerly (step 15's, 268 eager graphs) took 1.8-3.3 s, and 1.0-1.3 s on the
-interpreter alone, and ``pixi run s15`` 13-16.5 s against 8.9-9.5 s. So
+interpreter alone, and ``pixi run s15`` 13-16.5 s against 8-11.6 s (median 9.5). So
 :class:`InterpretFirst` runs eager graphs on the interpreter and hands MAX's own
 executor only what the interpreter refuses or fails on (a custom op, a graph of
 more ops than ``MAX_INTERPRETER_MAX_OPS``), which compiles it as before. Setting

@@ -413,6 +413,7 @@ _STEP_02 = {
 _RT = "course/runtime.py"
 _PIN = "for pin in (default_device(CPU()), default_dtype(DType.float32)):"
 _CPU_WORD = "cpu = platform.processor() or platform.machine()"
+_KEEP = "if time.perf_counter() - started > KEEP_AFTER_SECONDS:"
 _RACE = ("only when another process removes the file between this one's listing (or check) and this call: the "
          "course's own use never does")
 _UNLINK_OLD, _UNLINK_BROKEN = "file.unlink(missing_ok=True)", "path.unlink(missing_ok=True)"
@@ -440,6 +441,8 @@ _RUNTIME = {
     (_RT, "x_reuse_compiled_graphs", _UNLINK_BROKEN, _UNLINK_BROKEN.replace("True", "None")): _RACE,
     (_RT, "x_reuse_compiled_graphs", _UNLINK_BROKEN, _UNLINK_BROKEN.replace("True", "False")): _RACE,
     (_RT, "x_reuse_compiled_graphs", "with contextlib.suppress(OSError):", "with contextlib.suppress(None):"): _RACE,
+    (_RT, "x_reuse_compiled_graphs", _KEEP, _KEEP.replace(" > ", " >= ")):
+        "a compile's time, measured in floats, is never exactly KEEP_AFTER_SECONDS (0.5): the same graphs are kept",
     (_RT, "x_max_cache", "found = None", 'found = ""'): "an empty name and None are both false: the default place",
     (_RT, "x__host", "with contextlib.suppress(OSError):", "with contextlib.suppress(None):"):
         "only a system without /proc/cpuinfo raises here (macOS): on Linux, CI's, it is read",
