@@ -1317,16 +1317,15 @@ def test_to_numpy_gives_float32():
 def test_the_graph_files_are_trimmed_oldest_first(tmp_path, monkeypatch):
     """past its limit, the folder of MEF files loses the files used longest ago, and keeps the rest"""
     from course import runtime
-    from course.runtime import trim
 
     for age, name in enumerate(["newest", "newer", "older", "oldest"]):
         file = tmp_path / f"{name}.mef"
         file.write_bytes(bytes(1000))
         os.utime(file, (1e9 - 3600 * age, 1e9 - 3600 * age))
-    trim(tmp_path, keep_bytes=3000)  # exactly three files' bytes: three stay
+    runtime.trim(tmp_path, keep_bytes=3000)  # exactly three files' bytes: three stay
     assert sorted(f.stem for f in tmp_path.glob("*.mef")) == ["newer", "newest", "older"], list(tmp_path.iterdir())
     monkeypatch.setattr(runtime, "KEEP_BYTES", 2500)  # the limit when none is given
-    trim(tmp_path)
+    runtime.trim(tmp_path)
     assert sorted(f.stem for f in tmp_path.glob("*.mef")) == ["newer", "newest"], list(tmp_path.iterdir())
 
 
