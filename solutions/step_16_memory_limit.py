@@ -339,14 +339,26 @@ class DecodeNextLogits(CachedNextLogits):
     which are copied into row P. Nothing is concatenated: a step reads the
     cache once and writes one row of it. ``cache_dtype``: float32 (the default),
     or float16, half the bytes, for a model whose ``attend`` reads it (the kernel's).
+
+    ``prefill_from``: the shortest prompt that runs the prefill graph. A shorter one
+    goes through the decode graph one token at a time, from an empty cache, and the
+    prefill graph is compiled on the first prompt that long. With the default, 1,
+    every prompt runs it, and it is compiled here. A first run that sees only short
+    prompts then compiles one graph, not two (``pixi run main`` does this).
     """
 
-    def __init__(self, model: DecodeGPT2LMHeadModel, config: GPT2Config, device=None, cache_dtype=None):
-        from max.driver import Buffer
+    def __init__(self, model: DecodeGPT2LMHeadModel, config: GPT2Config, device=None, cache_dtype=None,
+                 prefill_from: int = 1):
+        from max.driver import CPU, Buffer
         from max.dtype import DType
 
-        super().__init__(model, config, device)  # compiles the prefill graph, self.run
-        self.model, self.decode = model, None
+        self.model, self.config, self.device = model, config, device or CPU()
+        self.run = self.decode = None  # the prefill graph and the decode graph, each compiled on its first use
+        self.prefill_from, self.empty = prefill_from, []
+        model.to(self.device)
+        if prefill_from <= 1:  # every prompt runs the prefill graph: compiled now
+            self.prefill_graph()
+        self.reset()
         self.cache_dtype = cache_dtype or DType.float32  # float16 halves the cache's bytes (the kernels' attention)
         layers, heads, head_dim = self.cache_shape(config)
         shape = [config.n_positions, heads, head_dim]
@@ -357,16 +369,27 @@ class DecodeNextLogits(CachedNextLogits):
         from max.driver import CPU, Buffer
 
         ids = [int(i) for i in ids]
-        if not self.seen or ids[:-1] != self.seen:  # not one more token: a prefill, from the start
-            self.reset()
-            logits = super().__call__(ids)  # step 15's graph; its keys and values come back [1, H, T, D]
-            rows = [Buffer.from_numpy(np.ascontiguousarray(grown.to(CPU()).to_numpy()[0].swapaxes(0, 1),
-                                                           self.cache_dtype.to_numpy()))
-                    for grown in self.keys + self.values]  # [H, T, D] -> [T, H, D], token-major
-            for cache, new in zip(self.key_cache + self.value_cache, rows):
-                cache[: len(ids), :, :].inplace_copy_from(new)  # from the host to the cache's device
-            self.device.synchronize()  # a copy may still be queued: wait for it while `rows` exists
-            return logits
+        if self.seen and ids[:-1] == self.seen:  # one more token
+            return self.step(ids)
+        self.reset()  # anything else: a prefill, from the start
+        if len(ids) < self.prefill_from:  # a short prompt: one token at a time, through the decode graph
+            for end in range(1, len(ids)):
+                self.step(ids[:end])
+            return self.step(ids)
+        self.prefill_graph()
+        logits = super().__call__(ids)  # step 15's graph; its keys and values come back [1, H, T, D]
+        rows = [Buffer.from_numpy(np.ascontiguousarray(grown.to(CPU()).to_numpy()[0].swapaxes(0, 1),
+                                                       self.cache_dtype.to_numpy()))
+                for grown in self.keys + self.values]  # [H, T, D] -> [T, H, D], token-major
+        for cache, new in zip(self.key_cache + self.value_cache, rows):
+            cache[: len(ids), :, :].inplace_copy_from(new)  # from the host to the cache's device
+        self.device.synchronize()  # a copy may still be queued: wait for it while `rows` exists
+        return logits
+
+    def step(self, ids: list[int]) -> np.ndarray:
+        """The logits after ``ids``, whose last token is the one new one: a decode step over the cache."""
+        from max.driver import CPU, Buffer
+
         past = len(self.seen)
         self.check_positions(1, past)
         new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)
@@ -377,6 +400,12 @@ class DecodeNextLogits(CachedNextLogits):
         self.device.synchronize()  # the same: the rows are the graph's outputs, freed on return
         self.seen = ids
         return outputs[0].to(CPU()).to_numpy()[0]
+
+    def prefill_graph(self):
+        """Step 15's graph, ``self.run``, compiled on its first use (with ``prefill_from`` 1: in ``__init__``)."""
+        if self.run is None:
+            super().__init__(self.model, self.config, self.device)
+        return self.run
 
     def decode_graph(self):
         """The decode graph, compiled on its first use."""

@@ -1087,6 +1087,27 @@ def test_missing_transpose_is_caught():
         assert_close(forward(mlp, x), run(reference, x), "MLP with untransposed weights")
 
 
+def test_a_none_that_given_code_assigns_is_not_blamed_on_a_todo(tmp_path):
+    """a value still None is named with the TODO that assigns it, or, where no line assigns it, with the TODO whose
+    words name it; one that only given code assigns (a graph compiled on first use) names no TODO, even where a
+    TODO's words mention it"""
+    step = tmp_path / "step_99_example.py"
+    step.write_text(
+        "class Runner:\n"
+        "    def __init__(self):\n"
+        "        self.decode = None  # given code: compiled on its first use\n"
+        "\n"
+        "    def count(self):\n"
+        "        # TODO 1: Count what a decode step reads.\n"
+        "        self.total = None\n"
+        "\n"
+        "    def run(self):\n"
+        "        # TODO 2: Return the width of the table.\n"
+        "        return None\n")
+    assert [hints.todo_for_name(step, name) for name in ("total", "decode", "width", "table", "other")] == [
+        1, None, 2, 2, None]
+
+
 BREAK_REFERENCE = '''
 def pytest_runtest_setup(item):
     import reference

@@ -148,6 +148,8 @@ def reported(hf_config, checkpoint: Path, cached: bool, kind: str = "") -> list[
     llama = hf_config.model_type == "llama"
     layers = hf_config.num_hidden_layers if llama else hf_config.n_layer
     millions = sum(value.size for value in load_file(checkpoint / "model.safetensors").values()) / 1e6
+    if cached and not llama and not kind and not no_mojo():  # GPT-2 in float32: step 16's kernels
+        kind = ", step 16's decode graph and Mojo kernels"
     kind = ("with a KV cache" if cached else "without a cache") + kind
     lines = [f"Loading {checkpoint} …", f"Compiling {'Llama' if llama else 'GPT-2'} ({layers} layers, {millions:.0f}M "
              "parameters, " f"{kind}) with MAX: the first run on a machine takes a few minutes (MAX compiles and "
@@ -269,36 +271,103 @@ def test_kib_keeps_a_small_caches_fraction():
     assert got == cases, got
 
 
-def test_main_compiles_what_was_asked(request, capsys):
-    """the Generator compiles the road asked for, on the device picked: step 15's cache by default, step 13's
-    graph with --no-cache (a Llama's: step 24's cache); and reports a compile time no longer than it took"""
+def test_main_compiles_what_was_asked(request, capsys, tmp_path):
+    """the Generator compiles the road asked for, on the device picked: GPT-2 on step 16's decode graph with the Mojo
+    kernels (the prefill graph left for a long prompt), step 15's cache where a learner's step 16 is unfinished,
+    step 13's graph with --no-cache (a Llama: step 24's cache); and reports a compile time no longer than it took"""
     import time
 
-    from course.programs import build, generate
+    from course.authoring.render import render_all
+    from course.programs import generate
 
-    for family, flags, road in (("gpt2", [], (15, "CachedNextLogits")), ("llama", [], (24, "CachedLlamaNextLogits")),
-                                ("gpt2", ["--no-cache"], None)):
+    render_all(tmp_path)  # a learner's folder: every step finished but step 16
+    for file in SOLUTIONS.glob("step_*.py"):
+        if file.name != "step_16_memory_limit.py":
+            shutil.copy(file, tmp_path / file.name)
+    kernel = None if no_mojo() else (16, "DecodeNextLogits")
+    for family, flags, road in (("gpt2", [], kernel or (15, "CachedNextLogits")),
+                                ("llama", [], (24, "CachedLlamaNextLogits")), ("gpt2", ["--no-cache"], None),
+                                ("gpt2", ["--target", "steps", "--steps-dir", str(tmp_path)], (15, "CachedNextLogits"))):
         checkpoint = request.getfixturevalue("checkpoint" if family == "gpt2" else "llama_checkpoint")
         args = generate.parser("main").parse_args(["--model", str(checkpoint), *flags])
-        needed, cache_step = build.NEEDED[family]
-        path = list(sys.path)
+        path, modules = list(sys.path), {name: module for name, module in sys.modules.items() if name.startswith("step_")}
         try:
-            steps = generate.import_steps("solutions", args.steps_dir, [*needed, cache_step], family)
+            for name in modules:  # the learner's folder's steps are imported from it
+                del sys.modules[name]
+            steps = generate.import_steps(args.target, args.steps_dir, generate.steps_to_run(args, family), family)
         finally:
             sys.path[:] = path
+            for name in [name for name in sys.modules if name.startswith("step_")]:
+                del sys.modules[name]
+            sys.modules.update(modules)
         generator = generate.Generator(args, steps, *([family] if family != "gpt2" else []))  # GPT-2: the default
         device = generator.device
         started = time.perf_counter()
         generator.compile()
         took = time.perf_counter() - started
         runner = generator.next_logits
+        named = f"{family} {' '.join(flags)} compiled {type(runner).__name__}"
         if road is None:
-            assert not isinstance(runner, steps[15].CachedNextLogits), f"--no-cache compiled {type(runner).__name__}"
+            assert 15 not in steps and not hasattr(runner, "reset"), named  # no cache to reset: step 13's graph
         else:
-            assert isinstance(runner, getattr(steps[road[0]], road[1])), f"{family} compiled {type(runner).__name__}"
+            assert type(runner) is getattr(steps[road[0]], road[1]), named
             assert runner.device is device, f"compiled for {runner.device}, not the device picked ({device})"
+        if road == kernel:
+            assert type(runner.model) is steps[16].KernelGPT2LMHeadModel, f"{named} of {type(runner.model).__name__}"
+            assert runner.prefill_from == generate.PREFILL_FROM, f"{named}: prefill_from {runner.prefill_from}"
+            assert runner.decode is not None and runner.run is None, (
+                f"{named}: the decode graph {'not ' * (runner.decode is None)}compiled, the prefill graph "
+                f"{'not ' * (runner.run is None)}compiled (expected the first only)")
         said = capsys.readouterr().err.split("Compiled in ")[1]
         assert float(said.split(" s ")[0]) <= took + 0.05, f"{said!r}: it took {took:.2f} s"
+
+
+def test_a_long_prompt_compiles_the_prefill_graph_once(checkpoint, capsys, monkeypatch):
+    """main on step 16's kernels: a prompt of PREFILL_FROM tokens or more compiles step 15's prefill graph, saying so,
+    and generates the tokens that the decode graph alone gives the same prompt (main in this process)"""
+    from course.programs import generate
+
+    if why := no_mojo():
+        pytest.skip(f"{why}: main runs step 15's graph, and no prefill graph of step 16's")
+    asked = ["--model", str(checkpoint), "--prompt", PROMPTS[1], "--temperature", "0", "--max-new-tokens", "8", "--json"]
+    alone = program_here(capsys, *asked)
+    assert alone.returncode == 0, alone.stderr
+    size = len(json.loads(alone.stdout)["prompt_ids"])
+    monkeypatch.setattr(generate, "PREFILL_FROM", size)  # the prompt is exactly that long
+    prefilled = program_here(capsys, *asked)
+    line = f"Compiling step 15's prefill graph, for prompts of {size} tokens or more (once) …"
+    assert prefilled.returncode == 0, prefilled.stderr
+    assert "prefill graph" not in alone.stderr and line in prefilled.stderr, (alone.stderr, prefilled.stderr)
+    assert json.loads(prefilled.stdout) == json.loads(alone.stdout), (prefilled.stdout, alone.stdout)
+
+
+def test_the_kernels_road_falls_back_to_step_15_saying_why(checkpoint, tmp_path, capsys, monkeypatch):
+    """GPT-2 takes step 16's kernels only on the CPU, in float32, with the cache, and step 16 finished; where the
+    kernels cannot compile, one dim line says so and step 15's graph runs"""
+    from course import runtime
+    from course.authoring.render import render_all
+    from course.programs import generate
+
+    render_all(tmp_path)
+    on = ["--model", str(checkpoint)]
+    mojo = no_mojo() is None
+    for flags, family, expected in (([], "gpt2", mojo), ([], "llama", False), (["--no-cache"], "gpt2", False),
+                                    (["--quantize", "q4_0"], "gpt2", False), (["--device", "gpu"], "gpt2", False),
+                                    (["--target", "steps", "--steps-dir", str(tmp_path)], "gpt2", False)):
+        args = generate.parser("main").parse_args([*on, *flags])
+        assert generate.kernel_road(args, family) is expected, f"{family} {flags}: expected {expected}"
+    shutil.copy(SOLUTIONS / "step_16_memory_limit.py", tmp_path)  # a learner's finished step 16
+    args = generate.parser("gpt2").parse_args([*on, "--target", "steps", "--steps-dir", str(tmp_path)])
+    assert generate.kernel_road(args, "gpt2") is mojo, "a finished step 16 in steps/ (the rest stubs) is not taken"
+
+    def broken():
+        raise runtime.KernelError("mojo: kernels.mojo:3: error: boom")
+
+    monkeypatch.setattr(runtime, "kernels", broken)
+    capsys.readouterr()
+    assert generate.kernel_road(generate.parser("main").parse_args(on), "gpt2") is False
+    assert capsys.readouterr().err.strip() == ("mojo: kernels.mojo:3: error: boom: step 15's graph runs instead of "
+                                              "step 16's kernels.")
 
 
 def test_interactive_prompts(checkpoint, capsys, monkeypatch):

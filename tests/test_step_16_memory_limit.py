@@ -13,7 +13,9 @@
   over the whole sequence; greedy tokens equal Hugging Face's ``generate``. Building
   compiles one graph (the prefill's), the first decode step one more, and nothing is
   compiled after that. The cache, allocated once, then holds Hugging Face's keys and
-  values (``past_key_values``) of every token, written in place.
+  values (``past_key_values``) of every token, written in place. With ``prefill_from``,
+  a shorter prompt goes through the decode graph alone, from an empty cache, with the
+  same logits; building compiles nothing, and a long prompt compiles the prefill graph once.
 * Given code, where ``mojo`` compiles: the Mojo product kernel equals ``x @ Wᵀ``; the Mojo
   attention equals NumPy's over a float32 and a float16 cache; the model with both
   (``KernelGPT2LMHeadModel``) gives ``GPT2LMHeadModel``'s logits through both graphs.
@@ -35,6 +37,7 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 from course.check.hints import shown
 from harness import (
     Mistake, assert_close, attribute, build, call, counting_compiles, fail, forward, greedy_agreement, load_weights, solution,
+    todo_in,
 )
 from reference import GEN, GPT2_SMALL, SMALL, generation_model, hf_config, hf_greedy, hidden_states, seeded, to_max_state
 
@@ -142,7 +145,15 @@ def test_decode_linear_matches_conv1d(step, rows):
     mlp = seeded(GPT2MLP(4 * hf.n_embd, hf), seed=16)
     reference = mlp.c_fc
     state = {k.removeprefix("c_fc."): v for k, v in to_max_state(mlp).items() if k.startswith("c_fc.")}
-    layer = build(attribute(step, "DecodeLinear"), hf.n_embd, 4 * hf.n_embd)
+    decode_linear, products = attribute(step, "DecodeLinear"), []
+
+    class Counted(decode_linear):  # the learner's layer, each call of its one-row product counted
+        @staticmethod
+        def one_row(x, weight):
+            products.append(x.shape)
+            return decode_linear.one_row(x, weight)
+
+    layer = build(Counted, hf.n_embd, 4 * hf.n_embd)
     load_weights(layer, state)
     x = hidden_states(1, 1, hf.n_embd, seed=18) if rows == "one row" else hidden_states(2, 5, hf.n_embd)
     with torch.no_grad():
@@ -151,6 +162,12 @@ def test_decode_linear_matches_conv1d(step, rows):
     no_bias = x @ state["weight"].T
     mistakes = [Mistake("the bias is left out: one_row(...) + self.bias", 3, lambda: no_bias)]
     assert_close(got, expected, f"DecodeLinear vs Conv1D on {rows}", mistakes=mistakes, step=step)
+    if rows == "one row" and len(products) != 1:
+        fail(f"DecodeLinear.forward on one row [1, 1, {hf.n_embd}] called self.one_row {len(products)} times, not once: "
+             f"the right numbers, by step 04's matmul, which reads W the slow way for one row — {todo_in(decode_linear)}")
+    if rows != "one row" and products:
+        fail(f"DecodeLinear.forward on 2x5 rows called self.one_row: many rows keep step 04's matmul, "
+             f"super().forward(x) — {todo_in(decode_linear)}")
 
 
 def decode_model(step, reference):
@@ -230,14 +247,19 @@ def _a_fresh_model_each_run():
     _compiled.clear()
 
 
+def the_todos_first(step) -> None:
+    """The eager checks of TODOs 2-5, each with its named ✗, before a check compiles the learner's model."""
+    test_one_row_equals_x_times_w_transposed(step, 192)
+    test_decode_linear_matches_conv1d(step, "one row")
+    test_head_scores_every_token(step)
+    test_attend_in_place_matches_torch(step, 9)
+
+
 def compiled(step, reference) -> tuple[object, int]:
-    """DecodeNextLogits on ``reference``'s weights, after the eager checks of TODOs 2-4 pass, once per run;
+    """DecodeNextLogits on ``reference``'s weights, after the eager checks of TODOs 2-5 pass, once per run;
     and the number of graphs building it compiled."""
     if step.__file__ not in _compiled:
-        test_one_row_equals_x_times_w_transposed(step, 192)
-        test_decode_linear_matches_conv1d(step, "one row")
-        test_head_scores_every_token(step)
-        test_attend_in_place_matches_torch(step, 9)
+        the_todos_first(step)
         model, config = decode_model(step, reference)
         with counting_compiles() as loads:
             next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
@@ -253,6 +275,7 @@ def test_logits_match_the_whole_sequence_and_decode_compiles_once(step):
         fail(f"building DecodeNextLogits compiled {built} graphs, expected 1 (the prefill graph; the decode graph "
              f"waits for the first decode step) — DecodeNextLogits is given code in {shown(step.__file__)}")
     ids = np.random.default_rng(16).integers(0, GEN["vocab_size"], size=40).tolist()
+    expected_compiles = int(getattr(next_logits, "decode", None) is None)  # 0 where a check before compiled it
     with counting_compiles() as compiles:
         got = [call(next_logits, ids[:5], what="the prefill of 5 tokens")]
         for end in range(6, len(ids) + 1):
@@ -260,13 +283,74 @@ def test_logits_match_the_whole_sequence_and_decode_compiles_once(step):
             if len(compiles) > 1:
                 fail(f"the decode step with {end - 1} cached tokens compiled a graph again ({len(compiles)} so far): "
                      f"the decode graph is compiled once — DecodeNextLogits is given code in {shown(step.__file__)}")
-    if len(compiles) != 1 or getattr(next_logits, "decode", None) is None:
-        fail(f"decoding compiled {len(compiles)} graphs, expected 1: the decode graph, for one new token "
+    if len(compiles) != expected_compiles or getattr(next_logits, "decode", None) is None:
+        fail(f"decoding compiled {len(compiles)} graphs, expected {expected_compiles}: the decode graph, for one new token "
              f"— DecodeNextLogits is given code in {shown(step.__file__)}")
     with torch.no_grad():
         expected = reference(torch.tensor([ids])).logits[0, 4:].numpy()
     assert_close(np.stack(got), expected,
                  "logits through the prefill graph (5 tokens), then the decode graph (1 per step), vs GPT2LMHeadModel over all 40")
+
+
+def test_a_short_prompt_goes_through_the_decode_graph_alone(step):
+    """a prompt shorter than prefill_from goes through the decode graph alone, one token at a time from an empty cache
+
+    With prefill_from 6: prompts of 5, 3, 1 and 4 tokens, none the one before plus a token, give GPT2LMHeadModel's
+    logits and compile only the decode graph; the first prompt of 6 compiles the prefill graph, the next (12 tokens)
+    nothing. With prefill_from 2, building compiles nothing either."""
+    the_todos_first(step)
+    reference = generation_model()
+    model, config = decode_model(step, reference)
+    given = f"DecodeNextLogits is given code in {shown(step.__file__)}"
+    for prefill_from in (6, 2):
+        with counting_compiles() as compiles:
+            next_logits = call(attribute(step, "DecodeNextLogits"), model, config, prefill_from=prefill_from)
+        if compiles:
+            fail(f"building DecodeNextLogits with prefill_from={prefill_from} compiled {len(compiles)} graphs, expected "
+                 f"none: each graph waits for its first use — {given}")
+    next_logits = call(attribute(step, "DecodeNextLogits"), model, config, prefill_from=6)
+    rng = np.random.default_rng(20)
+    prompts = [rng.integers(0, GEN["vocab_size"], size=size).tolist() for size in (5, 3, 1, 4, 6, 12)]
+    with torch.no_grad():
+        expected = [reference(torch.tensor([prompt])).logits[0, -1].numpy() for prompt in prompts]
+    with counting_compiles() as compiles:
+        got = [call(next_logits, prompt, what=f"a prompt of {len(prompt)} tokens") for prompt in prompts[:4]]
+    if len(compiles) != 1 or getattr(next_logits, "run", None) is not None:
+        fail(f"prompts of 5, 3, 1 and 4 tokens compiled {len(compiles)} graphs, expected 1 (the decode graph; the "
+             f"prefill graph waits for a prompt of prefill_from tokens) — {given}")
+    assert_close(np.stack(got), np.stack(expected[:4]), "logits of prompts of 5, 3, 1 and 4 tokens, each fed one token "
+                 "at a time through the decode graph from an empty cache, vs GPT2LMHeadModel")
+    with counting_compiles() as compiles:
+        got = [call(next_logits, prompts[4], what="a prompt of 6 tokens")]
+        if len(compiles) != 1:
+            fail(f"a prompt of 6 tokens, with prefill_from 6, compiled {len(compiles)} graphs, expected 1: the prefill "
+                 f"graph — {given}")
+        got.append(call(next_logits, prompts[5], what="a prompt of 12 tokens"))
+    if len(compiles) != 1:
+        fail(f"a prompt of 12 tokens after one of 6 compiled a graph again: the prefill graph is compiled once — {given}")
+    assert_close(np.stack(got), np.stack(expected[4:]),
+                 "logits of prompts of 6 and 12 tokens through the prefill graph, vs GPT2LMHeadModel")
+
+
+def test_decoding_fills_every_position_and_refuses_one_more(step):
+    """decoding reaches the last of n_positions and refuses the next one with step 06's message, on both roads"""
+    the_todos_first(step)
+    reference = generation_model()
+    model, config = decode_model(step, reference)
+    ids = np.random.default_rng(21).integers(0, GEN["vocab_size"], size=GEN["n_positions"] + 1).tolist()
+    for prefill_from, start in ((1, GEN["n_positions"] - 2), (GEN["n_positions"] + 1, 1)):
+        next_logits = call(attribute(step, "DecodeNextLogits"), model, config, prefill_from=prefill_from)
+        for end in range(start, GEN["n_positions"] + 1):  # a prompt of `start` tokens, then decode steps
+            last = call(next_logits, ids[:end], what=f"the call with {end} tokens (prefill_from {prefill_from})")
+        with torch.no_grad():
+            expected = reference(torch.tensor([ids[:-1]])).logits[0, -1].numpy()
+        assert_close(last, expected, f"logits at the last position, {GEN['n_positions'] - 1}, prefill_from "
+                     f"{prefill_from}, vs GPT2LMHeadModel")
+        with pytest.raises(ValueError) as refused:
+            next_logits(ids)
+        message = (f"positions {GEN['n_positions']}..{GEN['n_positions']} do not fit: GPT-2 learned "
+                   f"n_positions={GEN['n_positions']} positions")
+        assert message in str(refused.value), f"one more token than n_positions: {refused.value}"
 
 
 def test_greedy_matches_hugging_face(step, record_property):
@@ -425,6 +509,7 @@ def test_a_float32_kernel_decode_step_is_five_ops_a_block(step, mojo_kernels, mo
 
     Recorded while the decode graph is built: per block, norm_one_row (ln_1, c_attn), norm_one_row with GELU (ln_2,
     c_fc) and two one_row_add (the projections and the residual adds); then norm_one_row for ln_f and the head."""
+    the_todos_first(step)  # the prefill graph, built first, runs the learner's DecodeLinear
     reference = generation_model()
     config = solution(1).GPT2Config.from_hf(reference.config)
     calls = []

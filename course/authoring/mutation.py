@@ -84,7 +84,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "report_speed", "an_end_of_text_ends_the_text", "the_sampling_settings_reach_the_sampler",
         "device_gpu_without_one", "bad_checkpoints_are_one_clear_line", "gpt2_on_unfinished_steps_names_them",
         "a_llama_on_unfinished_steps_names_part_ii", "no_new_tokens_and_the_default_model",
-        "main_names_a_learners_failing_step", "help_names_every_flag", "quantize_on_a_gpu_is_refused")),
+        "main_names_a_learners_failing_step", "help_names_every_flag", "quantize_on_a_gpu_is_refused",
+        "a_long_prompt_compiles_the_prefill_graph_once", "the_kernels_road_falls_back_to_step_15_saying_why")),
     # what reaches it in the tests' process: the graph files, the eager executor, the kernels' build, the environment
     # of child processes, the huge pages, and a step's eager checks (to_numpy, from_numpy)
     "course/runtime.py": (*(f"tests/test_course.py::test_{name}" for name in (
@@ -300,6 +301,9 @@ _NO_GPU = ("a device of None is MAX's default, the CPU, which is the device ever
            "GPU machine could tell them apart")
 _CPU_ONLY = ("the fused kernels run on the CPU only, where a new tensor's default dtype is float32 and its default "
              "device the CPU (runtime.setup): the same tensor")
+_PREFILL = "super().__init__(self.model, self.config, self.device)"
+_DECODE_ROWS = 'rows = TensorType(self.cache_dtype, ["past", heads, head_dim], self.device)'
+_NEW_ID = "new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)"
 #: Step 16's given code (solutions/step_16_memory_limit.py).
 _STEP_16 = {
     **{(_S16, "x_norm_one_row_kernel", _EPS, after): _CPU_ONLY for after in (
@@ -319,11 +323,16 @@ _STEP_16 = {
      "setattr(module, name, self.linear(in_dim, out_dim, bias=not isinstance(child.bias, int)))",
      "setattr(module, name, self.linear(in_dim, out_dim, ))"):
         "every Linear of GPT-2 has a bias, which Linear's default gives",
-    **{(_S16, "xǁDecodeNextLogitsǁ__init__", line, line.replace(device, after)): _NO_GPU
-       for line, device in (("super().__init__(model, config, device)  # compiles the prefill graph, self.run", "device"),
-                            *(((f"self.{cache}_cache = [Buffer.zeros(shape, self.cache_dtype, device=self.device) "
-                                "for _ in range(layers)]"), "device=self.device") for cache in ("key", "value")))
-       for after in (("None", "") if device == "device" else ("device=None", ""))},
+    **{(_S16, "xǁDecodeNextLogitsǁ__init__", line, line.replace("device=self.device", after)): _NO_GPU
+       for line in (f"self.{cache}_cache = [Buffer.zeros(shape, self.cache_dtype, device=self.device) for _ in range(layers)]"
+                    for cache in ("key", "value"))
+       for after in ("device=None", "")},
+    **{(_S16, "xǁDecodeNextLogitsǁprefill_graph", _PREFILL, _PREFILL.replace("self.device", after)): _NO_GPU
+       for after in ("None", "")},
+    **{(_S16, "xǁDecodeNextLogitsǁdecode_graph", _DECODE_ROWS, _DECODE_ROWS.replace('"past"', after)): _SYMBOL
+       for after in ('"XXpastXX"', '"PAST"')},
+    **{(_S16, "xǁDecodeNextLogitsǁstep", _NEW_ID, _NEW_ID.replace("dtype=np.int64", after)): _INT64
+       for after in ("dtype=None", "")},
     (_S16, "x_measure_bandwidth", _ROWS, _ROWS.replace("w[0]", "w[1]")):
         "every row of the matrix is ones: any row is the same vector",
     (_S16, "xǁKernelGPT2LMHeadModelǁdecode", "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])",

@@ -54,13 +54,18 @@ def todos_in(obj) -> list[int]:
 
 
 def todo_for_name(path: str | Path, name: str) -> int | None:
-    """The TODO that creates ``name``: above the line that assigns it, or naming it."""
+    """The TODO that creates ``name``: above the line that assigns it, or naming it. None for a name that only
+    given code assigns (``self.decode = None`` until a graph is compiled), whatever a TODO's words mention."""
     lines = _lines(path)
     assign = re.compile(rf"(self\.)?\b{re.escape(name)}\b\s*(:[^=]*)?=(?!=)")
+    assigned = False
     for number, line in enumerate(lines, 1):
         if assign.search(line.split("#")[0]):
             if (todo := todo_above(path, number)) is not None:
                 return todo
+            assigned = True
+    if assigned:
+        return None
     mentions = re.compile(rf"\b{re.escape(name)}\b")
     current = None
     for line in lines:

@@ -64,7 +64,7 @@ def cache_type(kernel: bool, quantize: str | None) -> str:
 
 
 def compile_model(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None = None,
-                  decode: bool = False, kernel: bool = False):
+                  decode: bool = False, kernel: bool = False, prefill_from: int = 1):
     """Step 11's model (or step 15's cached one, or with ``decode`` step 16's) with the checkpoint's
     weights, compiled into ``next_logits(ids) -> [vocab_size]``.
 
@@ -75,7 +75,8 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     and one-row products are the course's Mojo kernels. With ``quantize`` too, its attention
     reads a float16 cache (as llama.cpp's does), and its one-row products are the Mojo kernel
     of the formats that have one (``course.programs.generate.ONE_ROW_KERNELS``: q6_k) and
-    MAX's ``qmatmul`` for the others.
+    MAX's ``qmatmul`` for the others. ``prefill_from`` (with ``decode``): step 16's shortest prompt that
+    runs the prefill graph, compiled on its first use; shorter ones go through the decode graph token by token.
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
@@ -107,7 +108,8 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     if decode:
         from max.dtype import DType
 
-        return steps[16].DecodeNextLogits(model, config, device, getattr(DType, cache_type(kernel, quantize)))
+        return steps[16].DecodeNextLogits(model, config, device, getattr(DType, cache_type(kernel, quantize)),
+                                          prefill_from)
     if cached:
         return steps[15].CachedNextLogits(model, config, device)
     return steps[13].compile_next_logits(model, device)

@@ -11,6 +11,12 @@ they build on; for a Llama checkpoint (config.json's model_type), Part II's step
 17-23 and its cache, step 24. Tokens stream as they come; the timing goes to stderr, so that
 ``--json`` prints one JSON object and nothing else on stdout.
 
+On the CPU, in float32, GPT-2 decodes with step 16's decode graph and the course's
+Mojo kernels once step 16 is finished (``main``: always), and a prompt shorter than
+``PREFILL_FROM`` tokens goes through that graph too, one token at a time: a first run
+compiles one graph, not step 15's as well (the first token, cold, in a quarter of the
+time: README). Otherwise, and where ``mojo`` cannot compile the kernels, step 15's graph.
+
 Every expected failure (a bad flag value, a checkpoint that cannot be found or
 read, an unfinished step) ends in one line on stderr and exit status 2, or 1 for
 unfinished steps; never a traceback.
@@ -43,6 +49,11 @@ ONE_ROW_KERNELS = ("q6_k",)
 
 #: What the programs need, by step and family: everything up to the weights, and the cache.
 NEEDED = build.NEEDED
+#: The shortest prompt that compiles and runs step 16's prefill graph; a shorter one is fed through its decode
+#: graph one token at a time, so that a first run compiles that graph alone. GPT-2 small on 2 cores: a decode step
+#: takes 24-27 ms, and the prefill graph 0.67 s to load when cached and about 110 s to compile when not; so a prompt
+#: of up to 63 tokens costs a warm run at most 0.9 s more, and spares a first run that compile.
+PREFILL_FROM = 64
 
 
 @contextlib.contextmanager
@@ -144,6 +155,32 @@ def learner_fault(error: BaseException, folder: Path) -> str:
 # --- the model ----------------------------------------------------------------------------
 
 
+def kernel_road(args, family: str) -> bool:
+    """Whether GPT-2 runs on step 16's decode graph with the course's Mojo kernels (see the module's docstring):
+    on the CPU, in float32, with the cache, step 16 finished, and the kernels compiled (3 s the first time)."""
+    if family != "gpt2" or args.no_cache or args.quantize or args.device != "cpu":
+        return False
+    if args.target == "steps":
+        from course.authoring.render import unfinished
+
+        if unfinished(args.steps_dir.resolve(), [16]):
+            return False
+    try:
+        runtime.kernels()
+    except runtime.KernelError as error:
+        err.print(f"[dim]{error}: step 15's graph runs instead of step 16's kernels.[/]")
+        return False
+    return True
+
+
+def steps_to_run(args, family: str) -> list[int]:
+    """The steps the program imports: everything up to the weights, the cache (not with --no-cache), and step 16
+    on the kernels' road."""
+    needed, cache_step = NEEDED[family]
+    numbers = needed if args.no_cache else [*needed, cache_step]
+    return [*numbers, 16] if kernel_road(args, family) else numbers
+
+
 def pick_device(name: str):
     from max.driver import CPU, Accelerator, accelerator_count
 
@@ -186,8 +223,10 @@ class Generator:
         """Builds the model with the checkpoint's weights and compiles it (minutes the first time, then seconds)."""
         args, config, pretrained = self.args, self.config, self.pretrained
         millions = sum(v.size for v in pretrained.state.values()) / 1e6
-        cached = not args.no_cache
+        cached, kernel = not args.no_cache, 16 in self.steps
         kind = "with a KV cache" if cached else "without a cache"
+        if kernel:
+            kind += ", step 16's decode graph and Mojo kernels"
         if args.quantize:
             kind += f", weights in {args.quantize}"
         note = "the first run on a machine takes a few minutes (MAX compiles and caches it); later runs take seconds"
@@ -195,7 +234,11 @@ class Generator:
         name = build.NAMES[self.family]
         with status(f"Compiling {name} ({build.layers(config)} layers, {millions:.0f}M parameters, {kind}) with "
                         f"MAX: {note} …"):
-            self.next_logits = build.compile_model(self.steps, pretrained, self.device, cached, args.quantize)
+            self.next_logits = build.compile_model(self.steps, pretrained, self.device, cached, args.quantize,
+                                                   decode=kernel, kernel=kernel, prefill_from=PREFILL_FROM)
+            if kernel:  # the graph the first token waits for; the prefill graph waits for a long prompt (run)
+                self.next_logits.decode_graph()
+        self.runner = self.next_logits
         err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s ({kind}).[/]")
         if cached and self.family == "llama":
             per_token = self.steps[24].kv_bytes_per_token(config)
@@ -231,6 +274,9 @@ class Generator:
     def run(self, prompt: str) -> dict:
         a, gen = self.args, self.steps[13]
         ids = self.encode(prompt)
+        if 16 in self.steps and len(ids) >= PREFILL_FROM and self.runner.run is None:
+            with status(f"Compiling step 15's prefill graph, for prompts of {PREFILL_FROM} tokens or more (once) …"):
+                self.runner.prefill_graph()
         tokens = gen.generate(
             self.next_logits, ids, a.max_new_tokens, n_positions=build.context(self.config), eos_id=self.eos_id(),
             temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
@@ -343,8 +389,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m course.programs.g
             family = build.family(args.model)
         except CheckpointError as error:
             raise Stop(str(error)) from None
-        needed, cache_step = NEEDED[family]
-        steps = import_steps(args.target, args.steps_dir, needed if args.no_cache else [*needed, cache_step], family)
+        steps = import_steps(args.target, args.steps_dir, steps_to_run(args, family), family)
         try:
             steps[13].check_sampling(args.temperature, args.top_k, args.top_p)
             if args.max_new_tokens < 0:
