@@ -17,6 +17,7 @@ learner would (``program``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -290,16 +291,8 @@ def test_main_compiles_what_was_asked(request, capsys, tmp_path):
                                 ("gpt2", ["--target", "steps", "--steps-dir", str(tmp_path)], (15, "CachedNextLogits"))):
         checkpoint = request.getfixturevalue("checkpoint" if family == "gpt2" else "llama_checkpoint")
         args = generate.parser("main").parse_args(["--model", str(checkpoint), *flags])
-        path, modules = list(sys.path), {name: module for name, module in sys.modules.items() if name.startswith("step_")}
-        try:
-            for name in modules:  # the learner's folder's steps are imported from it
-                del sys.modules[name]
+        with no_step_modules():  # each road's steps from its own folder
             steps = generate.import_steps(args.target, args.steps_dir, generate.steps_to_run(args, family), family)
-        finally:
-            sys.path[:] = path
-            for name in [name for name in sys.modules if name.startswith("step_")]:
-                del sys.modules[name]
-            sys.modules.update(modules)
         generator = generate.Generator(args, steps, *([family] if family != "gpt2" else []))  # GPT-2: the default
         device = generator.device
         started = time.perf_counter()
@@ -831,17 +824,27 @@ def test_gpt2_runs_finished_steps_only_from_steps(checkpoint, tmp_path):
     assert "step_13_generation.py" in err and "pixi run s13" in err, err
 
 
-@pytest.fixture
-def fresh_steps():
-    """No step module in sys.modules while a check runs main on a learner's folder in this process (main then
-    imports that folder's files); afterwards, sys.modules's step modules as they were."""
-    kept = {name: module for name, module in sys.modules.items() if name.startswith("step_")}
+@contextlib.contextmanager
+def no_step_modules():
+    """No step module in sys.modules while main imports a folder's steps in this process (it then imports that
+    folder's files, not the ones imported before); afterwards, sys.modules's step modules and sys.path as they were."""
+    kept, path = {name: module for name, module in sys.modules.items() if name.startswith("step_")}, list(sys.path)
     for name in kept:
         del sys.modules[name]
-    yield
-    for name in [name for name in sys.modules if name.startswith("step_")]:
-        del sys.modules[name]
-    sys.modules.update(kept)
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+        for name in [name for name in sys.modules if name.startswith("step_")]:
+            del sys.modules[name]
+        sys.modules.update(kept)
+
+
+@pytest.fixture
+def fresh_steps():
+    """``no_step_modules`` for the whole check."""
+    with no_step_modules():
+        yield
 
 
 def test_main_names_a_learners_failing_step(checkpoint, tmp_path, capsys, fresh_steps, monkeypatch):
