@@ -6,7 +6,7 @@
   live in ``course/check/pytest_plugin.py``, which pytest loads before it reads paths.
 * An exception raised by the course itself (not by the learner's file) is reported as
   the course's failure, never as the learner's (``course_fault``).
-* Each report carries a plain title, a plain reason when it fails, and the worst
+* Each report carries a plain reason when it fails, and the worst
   mismatch it measured; ``course.check`` prints those for learners.
 """
 
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from course import runtime
-from course.check.hints import check_title, explain_course_fault, explain_exception, raised_in
+from course.check.hints import explain_course_fault, explain_exception, raised_in
 from course.outline import OUTLINE, SOLUTIONS, marker
 
 import harness
@@ -69,7 +69,6 @@ def _measure():
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    report.course_title = check_title(item)
     if report.when == "call" and report.passed and harness.measured:
         report.user_properties.append(("max_delta", max(harness.measured)))
     if report.failed and call.excinfo is not None:

@@ -745,10 +745,13 @@ def test_a_tokenizer_json_with_a_merge_of_three_is_refused(merge, checkpoints, t
     assert f"the tokenizer files in {folder} are not GPT-2's format (a merge is ('a', 'b', 'c'))" in str(refused.value)
 
 
-#: A locale whose text encoding is ASCII, as in a bare container: C, without Python's coercion to UTF-8.
-ASCII_LOCALE = {"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+#: The checkpoint's files read in a child whose locale's text encoding is ASCII, as in a bare container (C, without
+#: Python's coercion to UTF-8). Its first line sets the locale, so that its environment stays the parent's: decoded
+#: as ASCII, a non-ASCII value there (mutmut's mutant names hold a 'ǁ') would not reach it intact.
 READ_IN_A_CHILD = """
-import json, locale, sys
+import locale
+locale.setlocale(locale.LC_ALL, "C")
+import json, sys
 from course.checkpoints import find, read_tokenizer
 found = find(sys.argv[1])
 print(json.dumps([locale.getpreferredencoding(False), found.family, found.config["_name_or_path"],
@@ -757,8 +760,8 @@ print(json.dumps([locale.getpreferredencoding(False), found.family, found.config
 
 
 def test_the_files_are_read_as_utf8_under_an_ascii_locale(checkpoints, tokenizer_dir, tmp_path):
-    """config.json, vocab.json, merges.txt and tokenizer.json read as UTF-8 under an ASCII locale too (LC_ALL=C
-    without Python's UTF-8 coercion, as in a bare container), to what they read to here"""
+    """config.json, vocab.json, merges.txt and tokenizer.json read as UTF-8 under an ASCII locale too (the C locale,
+    without Python's UTF-8 mode, as in a bare container), to what they read to here"""
     from course.checkpoints import read_tokenizer
 
     folder = tmp_path / "accented"
@@ -769,8 +772,9 @@ def test_the_files_are_read_as_utf8_under_an_ascii_locale(checkpoints, tokenizer
     data = json.loads((alone / "tokenizer.json").read_text(encoding="utf-8"))
     (alone / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")  # Ġ as itself
     child = subprocess.run([sys.executable, "-c", READ_IN_A_CHILD, str(folder), str(alone)], cwd=ROOT,
-                           env=os.environ | ASCII_LOCALE, capture_output=True, text=True, encoding="utf-8", timeout=120)
-    assert child.returncode == 0, f"reading the checkpoint under LC_ALL=C failed:\n{child.stderr[-1500:]}"
+                           env=os.environ | {"PYTHONUTF8": "0"}, capture_output=True, text=True, encoding="utf-8",
+                           timeout=120)
+    assert child.returncode == 0, f"reading the checkpoint under the C locale failed:\n{child.stderr[-1500:]}"
     encoding, family, name, *tokenizers = json.loads(child.stdout)
     assert encoding.lower().replace("-", "") not in ("utf8", "utf_8"), f"the child's locale reads {encoding}, not ASCII"
     assert find(str(folder)).config["_name_or_path"] == "gpt2-café"  # here, as the child must read it

@@ -1087,27 +1087,6 @@ def test_missing_transpose_is_caught():
         assert_close(forward(mlp, x), run(reference, x), "MLP with untransposed weights")
 
 
-def test_a_none_that_given_code_assigns_is_not_blamed_on_a_todo(tmp_path):
-    """a value still None is named with the TODO that assigns it, or, where no line assigns it, with the TODO whose
-    words name it; one that only given code assigns (a graph compiled on first use) names no TODO, even where a
-    TODO's words mention it"""
-    step = tmp_path / "step_99_example.py"
-    step.write_text(
-        "class Runner:\n"
-        "    def __init__(self):\n"
-        "        self.decode = None  # given code: compiled on its first use\n"
-        "\n"
-        "    def count(self):\n"
-        "        # TODO 1: Count what a decode step reads.\n"
-        "        self.total = None\n"
-        "\n"
-        "    def run(self):\n"
-        "        # TODO 2: Return the width of the table.\n"
-        "        return None\n")
-    assert [hints.todo_for_name(step, name) for name in ("total", "decode", "width", "table", "other")] == [
-        1, None, 2, 2, None]
-
-
 BREAK_REFERENCE = '''
 def pytest_runtest_setup(item):
     import reference
@@ -1136,92 +1115,6 @@ def test_a_broken_reference_is_the_courses_fault(tmp_path):
         r".* — not your code", output
     ), output
     assert "could not run because the course itself failed" in output and "Traceback" not in output, output
-
-
-# --- the runner's own report: progress off a terminal, the compile notice, skips -------------
-
-FAKE_STEP = '''
-import os
-import time
-from pathlib import Path
-
-import pytest
-
-
-def test_quick():
-    """a quick check"""
-
-
-def test_slow():
-    """a slow check"""
-    cache = Path(os.environ["MODULAR_CACHE_DIR"])
-    (cache / ".max_cache").mkdir(parents=True, exist_ok=True)
-    (cache / ".max_cache" / "mef.lock-1a2b3c4d").write_bytes(bytes(8))  # a warm run takes a lock
-    (cache / "course-graphs").mkdir(parents=True, exist_ok=True)  # and may keep a graph MAX had cached
-    (cache / "course-graphs" / "Model-0123.mef").write_bytes(bytes(1000))
-    if os.environ["FAKE_COMPILE"]:  # and a cold one writes a kernel
-        (cache / ".mogg_cache").mkdir(parents=True, exist_ok=True)
-        (cache / ".mogg_cache" / "kernel.so").write_bytes(bytes(1000))
-    time.sleep(2.6)
-
-
-def test_wrong():
-    """a failing check"""
-    pytest.fail("the numbers differ", pytrace=False)
-
-
-@pytest.mark.parametrize("n", [1, 2])
-def test_needs_gpt2(n):
-    """a check that needs GPT-2's files"""
-    pytest.skip("GPT-2's files are not here; `hf download gpt2` (550 MB, once) makes this check run")
-'''
-
-#: The runner on the fake step, with a progress line every second instead of every 30.
-RUN_FAKE_STEP = (
-    "import sys; from course.check.runner import Progress, check, max_cache; "
-    "sys.exit(check(sys.argv[1:], 'Fake step', 'it', [], Progress(max_cache(), every=1, quiet=0.5)))"
-)
-
-
-@pytest.fixture(scope="module")
-def fake_step(tmp_path_factory) -> dict[str, str]:
-    """The runner's output on FAKE_STEP, piped (not a terminal), with MAX's cache in a
-    scratch folder: {"warm": …, "compiling": …}."""
-    outputs = {}
-    for run_kind, compiles in (("warm", ""), ("compiling", "1")):
-        folder = tmp_path_factory.mktemp(run_kind)
-        (folder / "test_fake_step.py").write_text(FAKE_STEP)
-        env = {**os.environ, "MODULAR_CACHE_DIR": str(folder / "cache"), "FAKE_COMPILE": compiles}
-        result = _python("-c", RUN_FAKE_STEP, str(folder / "test_fake_step.py"), env=env)
-        outputs[run_kind] = result.stdout + result.stderr
-        assert result.returncode == 1 and "Traceback" not in outputs[run_kind], outputs[run_kind]
-    return outputs
-
-
-@pytest.mark.parametrize("run_kind", ["warm", "compiling"])
-def test_runner_prints_progress_off_a_terminal(fake_step, run_kind):
-    """off a terminal, a slow check gets a plain "still running" line each interval; a quick one none"""
-    output = fake_step[run_kind]
-    running = re.findall(r"^  … still running: (.+) \((\d+) s\)$", output, re.MULTILINE)
-    assert len(running) >= 2 and {title for title, _ in running} == {"a slow check"}, output
-    seconds = [int(s) for _, s in running]
-    assert seconds == sorted(set(seconds)), f"the elapsed times do not grow: {seconds}\n{output}"
-
-
-def test_compile_notice_only_when_maxs_cache_grows(fake_step):
-    """the compile notice appears when the check writes a kernel into MAX's cache, not on a warm run (which
-    may write the course's own MEF file of a graph MAX had cached)"""
-    assert "MAX is compiling" not in fake_step["warm"], fake_step["warm"]
-    assert fake_step["compiling"].count("MAX is compiling") == 1, fake_step["compiling"]
-
-
-def test_runner_counts_skips(fake_step):
-    """the verdict counts skipped checks with a short reason; each reason is printed once"""
-    output = fake_step["warm"]
-    assert "- a check that needs GPT-2's files [1] (skipped)" in output, output
-    assert "- a check that needs GPT-2's files [2] (skipped)" in output, output
-    assert output.count("`hf download gpt2` (550 MB, once)") == 1, output
-    assert "Fake step: 1 of 5 checks fail, 2 skipped: GPT-2's files are not here." in output, output
 
 
 # --- the course's compiled graphs (course/runtime.py) -----------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -361,6 +362,60 @@ def test_the_kernels_road_falls_back_to_step_15_saying_why(checkpoint, tmp_path,
     assert generate.kernel_road(generate.parser("main").parse_args(on), "gpt2") is False
     assert capsys.readouterr().err.strip() == ("mojo: kernels.mojo:3: error: boom: step 15's graph runs instead of "
                                               "step 16's kernels.")
+
+
+#: A compile error as MAX writes one: the op, then the reason after "Diagnostics:".
+NOT_COMPILED = "Failed to compile the custom op 'course_attention':\nDiagnostics:\nunsupported target"
+
+
+def test_a_decode_graph_that_does_not_compile_falls_back_to_step_15(checkpoint, tmp_path, capsys, fresh_steps,
+                                                                   monkeypatch):
+    """on step 16's kernels, a decode graph that does not compile (the kernels on a system the course has not run
+    on) is one dim line with MAX's reason, and step 15's cached graph generates the same tokens; main asks for a
+    report, a learner's finished step 16 for its check"""
+    from course.programs import generate
+
+    if why := no_mojo():
+        pytest.skip(f"{why}: main runs step 15's graph, and no decode graph of step 16's")
+    asked = ["--prompt", "Hello", "--temperature", "0", "--max-new-tokens", "6", "--json"]
+    kernels = program_here(capsys, "--model", str(checkpoint), *asked)
+    assert kernels.returncode == 0 and "decode graph did not compile" not in kernels.stderr, kernels.stderr
+    for file in SOLUTIONS.glob("step_*.py"):
+        shutil.copy(file, tmp_path / file.name)
+    step_16 = tmp_path / "step_16_memory_limit.py"  # a learner's finished step 16, whose decode graph does not compile
+    step_16.write_text(step_16.read_text().replace(
+        '        """The decode graph, compiled on its first use."""\n',
+        f'        """The decode graph, compiled on its first use."""\n        raise ValueError({NOT_COMPILED!r})\n'))
+    reason = "ValueError: Failed to compile the custom op 'course_attention': unsupported target"
+
+    def broken(self):
+        raise ValueError(NOT_COMPILED)
+
+    for target, who in (([], "please report it to the course's maintainers"),
+                        (["--target", "steps", "--steps-dir", str(tmp_path)],
+                         "check step 16 with `pixi run s16` (or `python -m course.check 16`)")):
+        with no_step_modules():
+            if not target:  # main's own step 16 (the solution's, which main's import finds in sys.modules), broken
+                import step_16_memory_limit
+
+                monkeypatch.setattr(step_16_memory_limit.DecodeNextLogits, "decode_graph", broken)
+            fell = program_here(capsys, "--model", str(checkpoint), *target, *asked)
+        assert fell.returncode == 0, fell.stderr
+        lines = fell.stderr.splitlines()
+        line = f"step 16's decode graph did not compile ({reason}): step 15's graph runs instead; {who}."
+        after = lines[lines.index(line) + 1] if line in lines else ""
+        assert re.fullmatch(r"Compiled in \d+\.\d s \(with a KV cache\)\.", after), (
+            f"{line!r} then 'Compiled in … (with a KV cache).' not in:\n{fell.stderr}")
+        assert json.loads(fell.stdout) == json.loads(kernels.stdout), (fell.stdout, kernels.stdout)
+    with no_step_modules():  # what runs instead: step 15's cached graph, not step 13's uncached one
+        import step_16_memory_limit
+
+        monkeypatch.setattr(step_16_memory_limit.DecodeNextLogits, "decode_graph", broken)
+        args = generate.parser("main").parse_args(["--model", str(checkpoint)])
+        generator = generate.Generator(args, generate.import_steps(args.target, args.steps_dir,
+                                                                   generate.steps_to_run(args, "gpt2")))
+        generator.compile()
+    assert type(generator.runner).__name__ == "CachedNextLogits" and 16 not in generator.steps, generator.runner
 
 
 def test_interactive_prompts(checkpoint, capsys, monkeypatch):

@@ -73,6 +73,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
                               "tests/test_step_23_llama_pretrained.py", "tests/test_step_12_tokenizer.py"),
     "course/weights.py": ("tests/test_reference.py", "tests/test_checkpoints.py"),
     "course/programs/quantize.py": ("tests/test_quantize.py",),
+    # the ✗ lines' words, on a scratch step file (the stubs' and planted bugs' checks reach hints.py only in the
+    # child processes that course.check runs, which mutmut cannot see)
+    "course/check/hints.py": ("tests/test_hints.py",),
+    "course/check/runner.py": ("tests/test_runner.py",),
     # the checks that call main and its pieces in the tests' process (those that start the program anew, mutmut
     # cannot see; the 3 prompts x 32 tokens against Hugging Face's add minutes a mutant and nothing these miss)
     "course/programs/generate.py": tuple(f"tests/test_programs.py::test_{name}" for name in (
@@ -85,7 +89,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "device_gpu_without_one", "bad_checkpoints_are_one_clear_line", "gpt2_on_unfinished_steps_names_them",
         "a_llama_on_unfinished_steps_names_part_ii", "no_new_tokens_and_the_default_model",
         "main_names_a_learners_failing_step", "help_names_every_flag", "quantize_on_a_gpu_is_refused",
-        "a_long_prompt_compiles_the_prefill_graph_once", "the_kernels_road_falls_back_to_step_15_saying_why")),
+        "a_long_prompt_compiles_the_prefill_graph_once", "the_kernels_road_falls_back_to_step_15_saying_why",
+        "a_decode_graph_that_does_not_compile_falls_back_to_step_15")),
     # what reaches it in the tests' process: the graph files, the eager executor, the kernels' build, the environment
     # of child processes, the huge pages, and a step's eager checks (to_numpy, from_numpy)
     "course/runtime.py": (*(f"tests/test_course.py::test_{name}" for name in (
@@ -142,14 +147,10 @@ _ONLY_FOLDER = ("every step the program imports is a file of the folder (unfinis
                 "import can reach another folder's steps")
 _SEED = 'p.add_argument("--seed", type=int, default=None, help="the random seed: the same seed gives the same text")'
 _LONGEST = "self.longest_token = max(map(len, vocab), default=0) or None"
-_COMPILE_MODEL = "self.next_logits = build.compile_model(self.steps, pretrained, self.device, cached, args.quantize)"
 #: The programs' main (course/programs/generate.py).
 _GENERATE = {
     (_GEN, "xǁGeneratorǁcompile", _MILLIONS, _MILLIONS.replace("1e6", "1000001.0")):
         "a millionth part of the count, under the message's rounding to whole millions",
-    (_GEN, "xǁGeneratorǁcompile", _COMPILE_MODEL, _COMPILE_MODEL.replace("self.device", "None")):
-        "without a GPU the device picked is the CPU, the very object MAX gives for none (CPU() is one object): "
-        "only --device gpu on a GPU machine, which CI has not, could tell",
     (_GEN, "xǁGeneratorǁcompile", _FULL, _FULL.replace(" // ", " / ")):
         "num_attention_heads is a multiple of num_key_value_heads (step 17 refuses others): / and // give one number",
     (_GEN, "xǁGeneratorǁeos_id", 'return getattr(self.tokenizer, "eot_id", None)',
@@ -459,6 +460,80 @@ _RUNTIME = {
     (_RT, "x_graph_file", _DIGEST, _DIGEST.replace("or ''", "or 'XXXX'")): _SAME_NAMES,
 }
 
+_HI = "course/check/hints.py"
+#: The ✗ lines' words (course/check/hints.py).
+_HINTS = {
+    (_HI, "x_todo_for_name", "assigned = False", "assigned = None"): "both are false: a name not assigned yet",
+    (_HI, "x_describe", "reason = None", 'reason = ""'): "both are false: no reason is added to the line",
+    (_HI, "x_check_title", 'doc = getattr(getattr(item, "function", None), "__doc__", None)',
+     'doc = getattr(getattr(item, "function", None), "__doc__", )'):
+        "every object has a __doc__ (None where it has no docstring, None's own included): the default is never read",
+}
+
+_RN = "course/check/runner.py"
+_SIZE = "total += os.lstat(os.path.join(path, name)).st_size"
+_DAEMON_THREAD = "self._thread = threading.Thread(target=self._watch, args=watch, daemon=True)"
+_LIVE = "live = Live(spinner, console=self.out, transient=True, redirect_stdout=False, redirect_stderr=False)"
+_POLL = "while not stopped.wait(min(1.0, self.every / 4)):"
+_SKIP_REASON = "reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)"
+_NO_XFAIL = ("the course's checks skip only through pytest.skip, whose reports carry (file, line, reason): only an "
+             "xfail check, which the course has none of, takes the other branch")
+_FLOATS = "elapsed time in floats is never exactly the threshold: the same lines at the same moments"
+_DUP = 'out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8")'
+_CONSOLE = "return Console(file=out, highlight=False, soft_wrap=True)"
+_FLUSHED = "rich flushes its file after each print: line buffering or not, each line is out at once"
+#: The check runner's report (course/check/runner.py).
+_RUNNER = {
+    (_RN, "x__cache_bytes", "total = 0", "total = 1"):
+        "the size is only compared with itself before the check: an offset cancels",
+    (_RN, "x__cache_bytes", "with contextlib.suppress(OSError):", "with contextlib.suppress(None):"):
+        "only a file removed between the folder's listing and its lstat raises (MAX tidying its cache as a check runs)",
+    (_RN, "x__cache_bytes", _SIZE, _SIZE.replace("(path, name)", "(path, )")):
+        "MAX writes each kernel it compiles as a new file: the folder's size counted once a file grows with the files, "
+        "as their bytes do",
+    **{(_RN, "xǁProgressǁstart", _DAEMON_THREAD, _DAEMON_THREAD.replace("daemon=True", after)):
+       "stop() joins the thread before the next check and at the session's end: it never outlives the run"
+       for after in ("daemon=None", "", "daemon=False")},
+    **{(_RN, "x__uncaptured_console", _DUP, _DUP.replace(before, after)): why for before, after, why in (
+        ("buffering=1, ", "", _FLUSHED), ("buffering=1", "buffering=2", _FLUSHED), ('"utf-8"', '"UTF-8"', _UTF8_NAME))},
+    (_RN, "x__uncaptured_console", _CONSOLE, _CONSOLE.replace("highlight=False", "highlight=None")):
+        "rich reads the flag as a truth value: None is False",
+    **{(_RN, "x__uncaptured_console", _CONSOLE, _CONSOLE.replace("highlight=False, ", after)):
+       "this console prints lines only off a terminal (on one, the status line is a Live display), where rich writes "
+       "no colour: highlighting changes no character" for after in ("", "highlight=True, ")},
+    (_RN, "xǁProgressǁ_watch", _LIVE, _LIVE.replace("redirect_stdout=False", "redirect_stdout=None")):
+        "rich reads the flag as a truth value: None is False",
+    **{(_RN, "xǁProgressǁ_watch", _LIVE, _LIVE.replace(", redirect_stderr=False", after)):
+       "the runner writes nothing to stderr while the checks run: a status line that takes stderr over, and gives "
+       "back the check's capture of it, changes no line the learner reads"
+       for after in (", redirect_stderr=None", ", ", ", redirect_stderr=True")},
+    **{(_RN, "xǁProgressǁ_watch", _POLL, _POLL.replace(before, after)):
+       "how often the watch looks (a quarter of the interval, at most each second): how soon a line comes after its "
+       "time, not what it says" for before, after in (("1.0", "2.0"), ("/ 4", "* 4"), ("/ 4", "/ 5"))},
+    (_RN, "xǁProgressǁ_watch", "if elapsed < self.quiet:", "if elapsed <= self.quiet:"): _FLOATS,
+    (_RN, "xǁProgressǁ_watch", "elif elapsed >= next_line:", "elif elapsed > next_line:"): _FLOATS,
+    (_RN, "xǁProgressǁ_watch", "break", "return"):
+        "reached only when the check ends while the cache is read, a window of microseconds: stop() then ends the "
+        "thread either way",
+    **{(_RN, "xǁProgressǁstop", "self._thread.join(timeout=5)", f"self._thread.join(timeout={after})"):
+       "the watch wakes at least each second and ends as soon as it sees the event: the join returns within a second, "
+       "whatever its bound" for after in ("None", "6")},
+    **{(_RN, "xǁReportǁ__init__", 'self.title = ""  # the running check\'s', f"self.title = {after}  # the running check's"):
+       "pytest_runtest_protocol sets the title before any check reports: the first value is never read"
+       for after in ("None", '"XXXX"')},
+    (_RN, "xǁReportǁpytest_runtest_logreport", 'if report.when == "call" or report.failed or report.skipped:',
+     'if report.when == "call" or report.failed and report.skipped:'):
+        "pytest_runtest_protocol stops the watch as each check ends too: stopping it before a failed or skipped "
+        "setup's line only closes the instant between that line and the check's end",
+    (_RN, "xǁReportǁpytest_runtest_logreport", 'elif report.failed and getattr(report, "course_fault", False):',
+     'elif report.failed and getattr(report, "course_fault", None):'): "both defaults are false: a learner's failure",
+    (_RN, "xǁReportǁpytest_runtest_logreport", _SKIP_REASON,
+     _SKIP_REASON.replace("if isinstance(report.longrepr, tuple)", "if (isinstance(report.longrepr, tuple)) or True")):
+        _NO_XFAIL,
+    (_RN, "xǁReportǁpytest_runtest_logreport", _SKIP_REASON, _SKIP_REASON.replace("str(report.longrepr)", "str(None)")):
+        _NO_XFAIL,
+}
+
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
 #: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
 EQUIVALENT: dict[tuple[str, str, str, str], str] = {
@@ -517,6 +592,8 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_STEP_15,
     **_STEP_16,
     **_RUNTIME,
+    **_HINTS,
+    **_RUNNER,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.

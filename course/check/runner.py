@@ -153,7 +153,7 @@ def _last_line(text: str) -> str:
 
 def _short(reason: str) -> str:
     """A skip reason's first clause: ``GPT-2's weights are not in the Hugging Face cache``."""
-    return re.split(r"; |: | — ", reason, maxsplit=1)[0]
+    return re.split(r"; |: | — ", reason)[0]
 
 
 class Report:
@@ -188,7 +188,7 @@ class Report:
     def pytest_runtest_logreport(self, report):
         if report.when == "call" or report.failed or report.skipped:
             self.progress.stop()  # before printing this check's line
-        title = escape(getattr(report, "course_title", self.title))
+        title = escape(self.title)
         if report.when == "call" and report.passed:
             self.passed += 1
             properties = dict(report.user_properties)
@@ -245,7 +245,7 @@ class Report:
                 f"[bold yellow]{self.label}: {self.broken} of {checks} checks could not run because the "
                 f"course itself failed (marked !) — not your code; {REPORT_TO}.[/]"
             )
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
+        if exitstatus == pytest.ExitCode.INTERRUPTED and not self.problems:  # not a test file that cannot load
             console.print(f"[bold yellow]{self.label}: interrupted after {ran - self.broken} checks{skips}.[/] {seconds}")
         elif exitstatus == pytest.ExitCode.OK and ran:
             console.print(f"[bold green]{self.label}: all {ran} checks pass{skips}[/] {seconds}")

@@ -15,7 +15,8 @@ On the CPU, in float32, GPT-2 decodes with step 16's decode graph and the course
 Mojo kernels once step 16 is finished (``main``: always), and a prompt shorter than
 ``PREFILL_FROM`` tokens goes through that graph too, one token at a time: a first run
 compiles one graph, not step 15's as well (the first token, cold, in a quarter of the
-time: README). Otherwise, and where ``mojo`` cannot compile the kernels, step 15's graph.
+time: README). Otherwise, and where ``mojo`` cannot compile the kernels or MAX the decode
+graph (one dim line says why), step 15's graph.
 
 Every expected failure (a bad flag value, a checkpoint that cannot be found or
 read, an unfinished step) ends in one line on stderr and exit status 2, or 1 for
@@ -223,23 +224,15 @@ class Generator:
         """Builds the model with the checkpoint's weights and compiles it (minutes the first time, then seconds)."""
         args, config, pretrained = self.args, self.config, self.pretrained
         millions = sum(v.size for v in pretrained.state.values()) / 1e6
-        cached, kernel = not args.no_cache, 16 in self.steps
-        kind = "with a KV cache" if cached else "without a cache"
-        if kernel:
-            kind += ", step 16's decode graph and Mojo kernels"
-        if args.quantize:
-            kind += f", weights in {args.quantize}"
+        cached = not args.no_cache
         note = "the first run on a machine takes a few minutes (MAX compiles and caches it); later runs take seconds"
         started = time.perf_counter()
         name = build.NAMES[self.family]
-        with status(f"Compiling {name} ({build.layers(config)} layers, {millions:.0f}M parameters, {kind}) with "
-                        f"MAX: {note} …"):
-            self.next_logits = build.compile_model(self.steps, pretrained, self.device, cached, args.quantize,
-                                                   decode=kernel, kernel=kernel, prefill_from=PREFILL_FROM)
-            if kernel:  # the graph the first token waits for; the prefill graph waits for a long prompt (run)
-                self.next_logits.decode_graph()
+        with status(f"Compiling {name} ({build.layers(config)} layers, {millions:.0f}M parameters, {self.kind()}) "
+                    f"with MAX: {note} …"):
+            self.next_logits = self.compiled(cached)
         self.runner = self.next_logits
-        err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s ({kind}).[/]")
+        err.print(f"[dim]Compiled in {time.perf_counter() - started:.1f} s ({self.kind()}).[/]")
         if cached and self.family == "llama":
             per_token = self.steps[24].kv_bytes_per_token(config)
             full = per_token * config.num_attention_heads // config.num_key_value_heads
@@ -253,6 +246,37 @@ class Generator:
                       f"the {padded} padded rows are never generated.[/]")
             self.next_logits = only_tokens_below(self.vocabulary, self.next_logits)
         del self.pretrained  # the model holds the weights now
+
+    def kind(self) -> str:
+        """What is compiled: ``with a KV cache, step 16's decode graph and Mojo kernels``."""
+        kind = "without a cache" if self.args.no_cache else "with a KV cache"
+        if 16 in self.steps:
+            kind += ", step 16's decode graph and Mojo kernels"
+        if self.args.quantize:
+            kind += f", weights in {self.args.quantize}"
+        return kind
+
+    def compiled(self, cached: bool):
+        """The model, compiled. On the kernels' road, the decode graph alone (the graph the first token waits for;
+        the prefill graph waits for a long prompt, see run); if it does not compile (the kernels on a system the
+        course has not run on), one dim line says why, and step 15's graph runs instead."""
+        kernel = 16 in self.steps
+        try:
+            model = build.compile_model(self.steps, self.pretrained, self.device, cached, self.args.quantize,
+                                        decode=kernel, kernel=kernel, prefill_from=PREFILL_FROM)
+            if kernel:
+                model.decode_graph()
+            return model
+        except Exception as error:  # noqa: BLE001 - step 15's graph computes the same tokens
+            if not kernel:
+                raise
+            from course.check.hints import REPORT_TO, describe
+
+            who = f"check step 16 with {check_command(16)}" if self.args.target == "steps" else REPORT_TO
+            err.print(f"[dim]step 16's decode graph did not compile ({describe(error)}): step 15's graph runs "
+                      f"instead; {who}.[/]")
+            del self.steps[16]
+            return self.compiled(cached)
 
     def encode(self, prompt: str) -> list[int]:
         """The prompt's ids, refused at once (before any compiling) when they cannot be generated from.
