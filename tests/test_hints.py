@@ -93,16 +93,23 @@ class Slotted:
 '''
 
 
+def imported(path: Path, name: str, monkeypatch=None):
+    """The Python file ``path``, imported as the module ``name`` (with ``monkeypatch``, in sys.modules for the
+    check, where inspect looks a class's source up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    if monkeypatch is not None:
+        monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def step(tmp_path, monkeypatch):
     """STEP written to a file and imported, as the checks import a learner's step."""
     path = tmp_path / "step_99_example.py"
     path.write_text(STEP.lstrip("\n"))
-    spec = importlib.util.spec_from_file_location("step_99_example", path)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "step_99_example", module)
-    spec.loader.exec_module(module)
-    return module
+    return imported(path, "step_99_example", monkeypatch)
 
 
 def raised(call, *args) -> BaseException:
@@ -331,10 +338,7 @@ def test_the_courses_own_fault_is_never_the_learners(tmp_path):
     assert _last_course_line(error).startswith("course/checkpoints.py, line ")
     reference = tmp_path / "reference.py"
     reference.write_text("def run():\n    raise KeyError('h.0.attn')\n")
-    spec = importlib.util.spec_from_file_location("scratch_reference", reference)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    error = raised(module.run)
+    error = raised(imported(reference, "scratch_reference").run)
     assert hints.explain_course_fault(error) == (
         f"the course's Hugging Face reference failed ({versions}): KeyError: 'h.0.attn' at "
         f"{_last_course_line(error)} — {report}")
@@ -354,12 +358,7 @@ def test_a_library_inside_the_course_folder_is_not_the_course(tmp_path, monkeypa
     ours = tmp_path / "course" / "caller.py"
     ours.parent.mkdir()
     ours.write_text("def call(fail):\n    return fail()\n")
-    modules = {}
-    for name, path in (("somelib", library), ("caller", ours)):
-        spec = importlib.util.spec_from_file_location(f"scratch_{name}", path)
-        modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(modules[name])
-    error = raised(modules["caller"].call, modules["somelib"].fail)
+    error = raised(imported(ours, "scratch_caller").call, imported(library, "scratch_somelib").fail)
     error.__traceback__ = error.__traceback__.tb_next  # from the course's file on: not this test's frame
     monkeypatch.setattr(hints, "ROOT", tmp_path)
     assert hints.explain_course_fault(error) == (
