@@ -187,8 +187,8 @@ def run_masked(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
 # --- steps 13-15 and the programs
 
 
-def generation_model(seed: int = 13) -> transformers.GPT2LMHeadModel:
-    """The small random GPT-2 every generation check uses (weights tied).
+def generation_model(seed: int = 13, **sizes) -> transformers.GPT2LMHeadModel:
+    """The small random GPT-2 every generation check uses (weights tied); ``sizes`` change GEN's.
 
     Greedy decoding of a random GPT-2 soon loops over the few tokens whose
     embeddings are longest (2-4 distinct tokens in 96 here), a weak test. Rows of
@@ -196,7 +196,7 @@ def generation_model(seed: int = 13) -> transformers.GPT2LMHeadModel:
     it wander: 21 distinct tokens in the 96 of PROMPTS.
     """
     with torch.device("meta"):
-        model = transformers.GPT2LMHeadModel(hf_config(**GEN))
+        model = transformers.GPT2LMHeadModel(hf_config(**(GEN | sizes)))
     model = model.to_empty(device="cpu")
     model.tie_weights()
     seeded(model, seed=seed)

@@ -861,6 +861,85 @@ def test_a_llama_on_unfinished_steps_names_part_ii(llama_checkpoint, tmp_path, c
                    "--quantize runs Part I's GPT-2", "Part II runs in float32")
 
 
+def _mapping_of(array):
+    """The buffer at the bottom of a NumPy view's ``base`` chain: an mmap for on_huge_pages's weights."""
+    while isinstance(array, np.ndarray) and array.base is not None:
+        array = array.base
+    return array.obj if isinstance(array, memoryview) else array
+
+
+def test_the_road_builds_the_runner_asked_for(checkpoint, llama_checkpoint, mojo_kernels):
+    """`compile_model` (course.programs.build) builds the runner each program asks for: step
+    13's graph without a cache, step 15's or step 24's with it, step 16's decode graph (its kernels' model with
+    `kernel`) with its cache in float32, float16 only for the kernels on quantized weights; on step 16's road the
+    float32 weights lie on huge pages, once: the checkpoint's arrays are those same views, as MAX's are; step 15's
+    road leaves them where the loader put them, and takes arrays that are not contiguous"""
+    import mmap
+
+    from max.driver import CPU
+    from max.dtype import DType
+
+    from course.programs import build
+    from course.programs.generate import import_steps
+
+    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16])
+    cpu = CPU()
+    uncached = build.compile_model(steps, build.load(steps, str(checkpoint), "gpt2"), cpu, cached=False)
+    assert uncached.__qualname__ == "compile_next_logits.<locals>.next_logits", uncached
+    pretrained = build.load(steps, str(checkpoint), "gpt2")
+    name = "transformer.h.0.mlp.c_fc.weight"
+    pretrained.state[name] = np.asfortranarray(pretrained.state[name])  # the same values, not C-contiguous
+    cached = build.compile_model(steps, pretrained, cpu, cached=True)
+    assert type(cached) is steps[15].CachedNextLogits, type(cached)
+    assert not isinstance(_mapping_of(pretrained.state["transformer.wte.weight"]), mmap.mmap), "step 15's road moved them"
+    roads = [(dict(decode=True), "DecodeGPT2LMHeadModel", DType.float32, False),
+             (dict(decode=True, kernel=True), "KernelGPT2LMHeadModel", DType.float32, False),
+             (dict(decode=True, quantize="q4_0"), "DecodeGPT2LMHeadModel", DType.float32, True),
+             (dict(decode=True, kernel=True, quantize="q4_0"), "KernelGPT2LMHeadModel", DType.float16, True)]
+    fresh = build.load(steps, str(checkpoint), "gpt2").state
+    for options, model, cache, quantized in roads:
+        pretrained = build.load(steps, str(checkpoint), "gpt2")
+        runner = build.compile_model(steps, pretrained, cpu, cached=True, **options, prefill_from=GEN["n_positions"])
+        got = type(runner), type(runner.model), runner.cache_dtype, runner.prefill_from
+        assert got == (steps[16].DecodeNextLogits, getattr(steps[16], model), cache, GEN["n_positions"]), (options, got)
+        swapped = {name for name, w in runner.model.parameters if name not in fresh}
+        assert bool(swapped) == quantized, (options, sorted(swapped)[:3])
+        state = pretrained.state  # still the checkpoint's float32 arrays (bench's accuracy compiles float32 from it)
+        changed = [name for name in fresh if state[name].dtype != np.float32 or not np.array_equal(state[name], fresh[name])]
+        assert state.keys() == fresh.keys() and not changed, (options, changed[:3])
+        if not quantized and hasattr(mmap, "MADV_HUGEPAGE"):
+            roots = {id(_mapping_of(state[name])) for name, _ in runner.model.parameters}
+            assert len(roots) == 1 and isinstance(_mapping_of(state["transformer.wte.weight"]), mmap.mmap), (
+                f"{options}: the checkpoint's arrays are not the huge pages' views ({len(roots)} buffers)")
+            copied = [name for name, w in runner.model.parameters if np.from_dlpack(w).ctypes.data != state[name].ctypes.data]
+            assert not copied, f"{options}: MAX holds copies of {copied[:3]}, not the huge pages"
+    decode = build.compile_model(steps, build.load(steps, str(checkpoint), "gpt2"), cpu, cached=True, decode=True)
+    assert decode.prefill_from == 1, decode.prefill_from  # every prompt through the prefill graph (as bench's roads)
+    numbers, last = build.NEEDED["llama"]
+    steps = import_steps("solutions", SOLUTIONS, [*numbers, last], "llama")
+    cached = build.compile_model(steps, build.load(steps, str(llama_checkpoint), "llama"), cpu, cached=True)
+    assert type(cached) is steps[24].CachedLlamaNextLogits, type(cached)
+
+
+def test_the_road_refuses_a_llama_part_is_graphs(llama_checkpoint):
+    """`compile_model` (course.programs.build) on a Llama with --quantize, step 16's decode graph or its kernels:
+    one ValueError naming which, before anything is compiled (main and bench refuse them sooner, in their words)"""
+    from max.driver import CPU
+
+    from course.programs import build
+    from course.programs.generate import import_steps
+
+    numbers, cache = build.NEEDED["llama"]
+    steps = import_steps("solutions", SOLUTIONS, [*numbers, cache], "llama")
+    pretrained = build.load(steps, str(llama_checkpoint), "llama")
+    for options, flag in [(dict(quantize="q4_0"), "--quantize"), (dict(decode=True), "step 16's decode graph"),
+                          (dict(kernel=True), "step 16's decode graph"), (dict(quantize="q6_k", decode=True), "--quantize")]:
+        with pytest.raises(ValueError) as refused:
+            build.compile_model(steps, pretrained, CPU(), cached=True, **options)
+        assert str(refused.value) == (f"{flag} runs Part I's GPT-2 (chapters 15 and 16); Part II's Llama runs in "
+                                      "float32"), (options, str(refused.value))
+
+
 def test_gpt2_runs_finished_steps_only_from_steps(checkpoint, tmp_path):
     """`gpt2` on finished steps runs them from that folder alone"""
     for file in SOLUTIONS.glob("step_*.py"):
@@ -984,23 +1063,119 @@ def test_a_fault_blames_whose_code_it_is(tmp_path):
 # --- llama.cpp, bench's peer (the `llama` extra) -----------------------------------------------
 
 
+@pytest.fixture
+def gguf_dir(tmp_path, monkeypatch) -> Path:
+    """A scratch folder for GGUF files, and the working directory too: a file written to a wrong relative path
+    (``str(None)``) lands there, and is gone for the next check."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def narrow_mlp_checkpoint(checkpoint, tmp_path_factory) -> Path:
+    """The checkpoint's tokenizer with a model whose MLP is 2 x n_embd wide (config.json's n_inner), not 4 x."""
+    folder = tmp_path_factory.mktemp("narrow-mlp")
+    for name in ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (checkpoint / name).is_file():
+            shutil.copy(checkpoint / name, folder / name)
+    model = generation_model(n_inner=2 * GEN["n_embd"])
+    model.config.eos_token_id = model.config.bos_token_id = json.loads((checkpoint / "config.json").read_text())["eos_token_id"]
+    model.save_pretrained(folder)
+    return folder
+
+
 @pytest.mark.llama
-def test_llama_cpp_on_the_same_checkpoint_gives_hugging_faces_tokens(checkpoint, tmp_path):
-    """the checkpoint written as GGUF (f32) gives Hugging Face's greedy tokens in llama.cpp"""
+@pytest.mark.parametrize("which", ["checkpoint", "narrow_mlp_checkpoint"])
+def test_llama_cpp_on_the_same_checkpoint_gives_hugging_faces_tokens(request, which, gguf_dir):
+    """the checkpoint written as GGUF (f32) gives Hugging Face's greedy tokens in llama.cpp (an MLP of n_inner
+    too), each timed: the start, then one time a token"""
     from course.programs import llama
 
     assert llama.version(), f"llama-cpp-python is not installed: {llama.INSTALL}"
     from transformers import GPT2LMHeadModel
 
+    checkpoint = request.getfixturevalue(which)
     reference = GPT2LMHeadModel.from_pretrained(checkpoint).eval()
     eos = reference.config.eos_token_id
-    gguf = llama.write_f32(checkpoint, tmp_path / "model-f32.gguf")
+    gguf = llama.write_f32(checkpoint, gguf_dir / "model-f32.gguf")
     for prompt in ([7, 1, 30], [11, 52, 3, 90, 17, 4, 60]):
-        _, got = llama.time_generation(gguf, prompt, 24, GEN["n_positions"])
+        times, got = llama.time_generation(gguf, prompt, 24, GEN["n_positions"], "float32")
+        assert len(got) == 24 and len(times) == 25 and all(b > a for a, b in zip(times, times[1:])), (len(got), times)
         expected, scores = hf_greedy(reference, prompt, 24, eos_id=eos)
         got = got[: got.index(eos) + 1] if eos in got else got  # llama.cpp's generate does not stop at the end token
         if note := greedy_agreement(got, expected, scores, f"llama.cpp, prompt {prompt}"):
             print(note)
+
+
+@pytest.mark.llama
+def test_the_gguf_file_carries_the_checkpoints_tokenizer(checkpoint, gguf_dir):
+    """llama.cpp reads the GGUF file's vocabulary and merges as the checkpoint's own tokenizer: the same ids for
+    each text and the same text back; the file marks the end token, and no other, as a control token (as
+    llama.cpp's converter does), and its merges are merges.txt's, in order, without its #version line"""
+    import gguf
+    import llama_cpp
+    from transformers import AutoTokenizer
+
+    from course.programs import llama
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    path = llama.write_f32(checkpoint, gguf_dir / "model-f32.gguf")
+    vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    for text in [*PROMPTS, TEXT[:300], "Hello<|endoftext|> world"]:
+        ids = tokenizer(text)["input_ids"]
+        got = vocab.tokenize(text.encode(), add_bos=False, special=True)
+        assert got == ids, f"{text!r}: llama.cpp's ids {got}, the tokenizer's {ids}"
+        back = vocab.detokenize(ids, special=True).decode()
+        assert back == text, f"{ids}: llama.cpp's text {back!r}, not {text!r}"
+    fields = gguf.GGUFReader(path).fields
+    types = fields["tokenizer.ggml.token_type"]
+    control = {i for i, part in enumerate(types.data) if types.parts[part][0] == gguf.TokenType.CONTROL}
+    assert control == {tokenizer.convert_tokens_to_ids("<|endoftext|>")}, f"control tokens {control}"
+    field = fields["tokenizer.ggml.merges"]
+    merges = [bytes(field.parts[i]).decode() for i in field.data]
+    lines = (checkpoint / "merges.txt").read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("#version") and merges == lines[1:], (lines[:2], merges[:2], len(merges), len(lines))
+
+
+@pytest.mark.llama
+def test_a_float16_checkpoint_is_written_as_float32(checkpoint, gguf_dir):
+    """a checkpoint saved in float16 gives a GGUF file whose every tensor is float32 (the f32 file bench quantizes
+    from), each the float16 value exactly"""
+    import gguf
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from course.programs import llama
+
+    folder = gguf_dir / "half"
+    GPT2LMHeadModel.from_pretrained(checkpoint).to(torch.float16).save_pretrained(folder)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(checkpoint / name, folder / name)
+    tensors = {t.name: t for t in gguf.GGUFReader(llama.write_f32(folder, gguf_dir / "model-f32.gguf")).tensors}
+    assert {t.tensor_type.name for t in tensors.values()} == {"F32"}, {t.tensor_type.name for t in tensors.values()}
+    wpe = GPT2LMHeadModel.from_pretrained(folder, dtype=torch.float16).transformer.wpe.weight.detach().float().numpy()
+    assert np.array_equal(np.asarray(tensors["position_embd.weight"].data).reshape(wpe.shape), wpe)
+
+
+@pytest.mark.llama
+def test_the_gguf_file_is_the_same_under_an_ascii_locale(checkpoint, gguf_dir):
+    """write_f32 reads vocab.json and merges.txt as UTF-8 whatever the locale says (GPT-2's byte-level
+    vocabulary is not ASCII): the file written under the C locale is the file written under UTF-8"""
+    import locale
+
+    from course.programs import llama
+
+    if sys.flags.utf8_mode:
+        pytest.skip("Python's UTF-8 mode is on: text files are read as UTF-8 whatever the locale")
+    expected = llama.write_f32(checkpoint, gguf_dir / "utf8.gguf").read_bytes()
+    saved = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")
+        assert locale.getpreferredencoding(False) != "UTF-8", locale.getpreferredencoding(False)
+        written = llama.write_f32(checkpoint, gguf_dir / "ascii.gguf").read_bytes()
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+    assert written == expected, "the GGUF file differs under the C locale"
 
 
 @pytest.mark.llama
@@ -1022,34 +1197,95 @@ def test_bench_times_llama_cpp_beside_ours(checkpoint, bench_json):
 
 
 @pytest.mark.llama
-def test_llama_cpp_quantizes_without_its_log(checkpoint, tmp_path, capfd):
-    """llama.cpp's quantizer writes a line a tensor to stderr; bench keeps them out of its output, and the file
-    is the format asked for"""
+def test_llama_cpp_quantizes_without_its_log(checkpoint, gguf_dir, capfd):
+    """llama.cpp's quantizer logs a line a tensor; bench keeps them out of its output, gives stderr back, and each
+    file is the format asked for"""
     import gguf
+    import llama_cpp  # noqa: F401 - its library's own files are open from here on
 
     from course.programs import llama
 
-    f32 = llama.write_f32(checkpoint, tmp_path / "model-f32.gguf")
+    descriptors = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").is_dir() else None
     capfd.readouterr()
-    out = llama.quantize(f32, tmp_path / "model-q4_0.gguf", "q4_0")
+    out = llama.files(checkpoint, gguf_dir, ["q4_0"])  # (q4_k and q6_k need rows of 256: wider than these)
+    os.write(2, b"stderr is back\n")
     printed = capfd.readouterr()
     assert "llama_model_loader" not in printed.err + printed.out, printed.err[:300]
-    types = {tensor.tensor_type.name for tensor in gguf.GGUFReader(out).tensors
-             if len(tensor.shape) == 2 and tensor.name != "position_embd.weight"}  # wpe stays float32, as ours
-    assert types == {"Q4_0"}, f"the quantized file's matrices are {types}"
+    assert printed.err.endswith("stderr is back\n"), f"after quantizing, stderr is not the process's: {printed.err[-300:]!r}"
+    if descriptors is not None:
+        assert len(os.listdir("/proc/self/fd")) == descriptors, "quantizing left a file descriptor open"
+    assert out == {name: gguf_dir / f"model-{name}.gguf" for name in ("f32", "q4_0")}, out
+    for name, expected in (("f32", "F32"), ("q4_0", "Q4_0")):
+        types = {tensor.tensor_type.name for tensor in gguf.GGUFReader(out[name]).tensors
+                 if len(tensor.shape) == 2 and tensor.name != "position_embd.weight"}  # wpe stays float32, as ours
+        assert types == {expected}, f"the {name} file's matrices are {types}"
 
 
 @pytest.mark.llama
-def test_llama_cpp_keeps_its_cache_in_the_type_asked(checkpoint, tmp_path):
-    """llama.cpp's context keeps its keys and values in the type bench asks for: float32 beside our float32 paths"""
+def test_a_file_llama_cpp_cannot_quantize_is_one_line_with_its_reason(gguf_dir, capfd):
+    """llama.cpp's quantizer on a file that is not GGUF: bench's RuntimeError names the file, the format and
+    llama.cpp's last log lines, and nothing else reaches stderr"""
+    from course.programs import llama
+
+    bogus = gguf_dir / "model-f32.gguf"
+    bogus.write_bytes(b"\xff\xfe not a GGUF file")
+    capfd.readouterr()
+    with pytest.raises(RuntimeError) as failed:
+        llama.quantize(bogus, gguf_dir / "model-q4_0.gguf", "q4_0")
+    said = str(failed.value)
+    assert said.startswith(f"llama.cpp could not quantize {bogus} to q4_0: "), said
+    lines = said.removeprefix(f"llama.cpp could not quantize {bogus} to q4_0: ").split(" / ")
+    assert len(lines) == 2 and lines[0].startswith("gguf_init_from_reader: invalid magic characters"), lines
+    assert lines[1].startswith("llama_model_quantize: failed to quantize") and lines[1].endswith(
+        f"failed to load model from {bogus}"), lines
+    printed = capfd.readouterr()
+    assert not printed.err and not printed.out, printed
+
+
+def test_bench_threads_are_the_cores_this_process_may_use(monkeypatch):
+    """every engine's thread count is the cores the process may run on (``taskset``), not the machine's; where
+    the system cannot say (macOS: no sched_getaffinity), the machine's cores, and 1 if even that is unknown"""
+    from course.programs import llama
+
+    if hasattr(os, "sched_setaffinity"):
+        cores = os.sched_getaffinity(0)
+        assert llama.threads() == len(cores)
+        try:
+            os.sched_setaffinity(0, {min(cores)})
+            assert llama.threads() == 1, f"{llama.threads()} threads on one core"
+        finally:
+            os.sched_setaffinity(0, cores)
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    for count, expected in ((6, 6), (None, 1)):
+        monkeypatch.setattr(os, "cpu_count", lambda count=count: count)
+        assert llama.threads() == expected, (count, llama.threads())
+
+
+@pytest.mark.llama
+def test_llama_cpp_opens_the_context_bench_asks_for(checkpoint, gguf_dir, capfd):
+    """llama.cpp's context has the size, batch and threads bench asks for (every engine's threads, for a token and
+    for a prompt alike), its keys and values in the type asked (float32 beside our float32 paths), and opening
+    it prints no loading log (a context longer than the model's 64 positions still gets llama.cpp's warning)"""
     import llama_cpp
 
     from course.programs import llama
 
-    gguf = llama.write_f32(checkpoint, tmp_path / "model-f32.gguf")
-    for cache, ggml in (("float32", llama_cpp.GGML_TYPE_F32), ("float16", llama_cpp.GGML_TYPE_F16)):
-        params = llama.open_model(gguf, GEN["n_positions"], 8, cache).context_params
-        assert (params.type_k, params.type_v) == (ggml, ggml), (cache, params.type_k, params.type_v)
+    path = llama.write_f32(checkpoint, gguf_dir / "model-f32.gguf")
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    for cache, ggml, one_core in (("float32", llama_cpp.GGML_TYPE_F32, False), ("float16", llama_cpp.GGML_TYPE_F16, True)):
+        if one_core and cores is not None:
+            os.sched_setaffinity(0, {min(cores)})
+        try:
+            capfd.readouterr()
+            params = llama.open_model(path, GEN["n_positions"], 12, cache).context_params
+            printed = capfd.readouterr()
+            threads = llama.threads()
+        finally:
+            if cores is not None:
+                os.sched_setaffinity(0, cores)
+        got = params.n_ctx, params.n_batch, params.n_threads, params.n_threads_batch, params.type_k, params.type_v
+        assert got == (GEN["n_positions"], 12, threads, threads, ggml, ggml), (cache, got)
+        assert "llama_model_loader" not in printed.err + printed.out, printed.err[:300]  # its loading log, verbose
 
 
 def test_bench_without_llama_cpp_says_how_to_add_it():

@@ -388,6 +388,34 @@ def test_the_kernel_serves_single_rows_where_asked(small_model, monkeypatch):
                 f"on one row each (expected {expected})")
 
 
+def test_the_kernel_road_hands_its_formats_the_one_row_kernel(mojo_kernels):
+    """compile_model(kernel=True) with a format that has a Mojo one-row kernel (q6_k) gives every quantized Linear
+    and the head that kernel; without `kernel`, none (built only: step 16's two graphs compile on their first use)"""
+    import torch
+    import transformers
+    from max.driver import CPU
+
+    from course.outline import SOLUTIONS
+    from course.programs.build import compile_model
+    from course.programs.generate import import_steps
+    from course.programs.quantize import QuantizedLinear
+    from reference import hf_config, seeded
+
+    assert ONE_ROW_KERNELS == ("q6_k",), ONE_ROW_KERNELS  # (the check below picks the format that has one)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(hf_config(**(GEN | {"n_embd": 256, "n_layer": 1})))
+    model = seeded(model.to_empty(device="cpu"), seed=16)
+    model.tie_weights()
+    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16])
+    for kernel in (True, False):
+        pretrained = steps[14].Pretrained(solution(1).GPT2Config.from_hf(model.config), to_max_state(model), None)
+        runner = compile_model(steps, pretrained, CPU(), cached=True, quantize="q6_k", decode=True, kernel=kernel,
+                               prefill_from=GEN["n_positions"])  # no prompt that short: its prefill graph waits
+        layers = [module for _, module in runner.model.descendants if isinstance(module, QuantizedLinear)]
+        assert len(layers) == 5 and runner.model.head in layers, len(layers)  # c_attn, c_proj, c_fc, c_proj, the head
+        assert [layer.kernel for layer in layers] == [kernel] * 5, (kernel, [layer.kernel for layer in layers])
+
+
 def test_refusals_name_the_reason():
     """a width the format cannot block, a GPU, an unknown format: a ValueError that says so"""
     from course.programs.quantize import check

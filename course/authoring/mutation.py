@@ -54,6 +54,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +68,21 @@ WORK = ROOT / ".mutation"
 #: What the instructors' appendix shows.
 SUMMARY = ROOT / "book" / "src" / "mutation-summary.txt"
 
+#: The checks that call main and its pieces in the tests' process (those that start the program anew, mutmut
+#: cannot see; the 3 prompts x 32 tokens against Hugging Face's add minutes a mutant and nothing these miss).
+_MAIN_HERE = tuple(f"tests/test_programs.py::test_{name}" for name in (
+    "bad_input_is_one_clear_line", "the_streamed_text_is_the_whole_text",
+    "a_character_split_across_tokens_waits_for_its_last_byte", "padded_rows_are_never_drawn",
+    "a_prompts_size_is_refused_from_its_bytes", "a_fault_blames_whose_code_it_is",
+    "a_padded_vocabulary_is_never_generated", "main_quantized", "kib_keeps_a_small_caches_fraction",
+    "main_compiles_what_was_asked", "interactive_prompts", "main_json_greedy_matches_hugging_face",
+    "report_speed", "an_end_of_text_ends_the_text", "the_sampling_settings_reach_the_sampler",
+    "device_gpu_without_one", "bad_checkpoints_are_one_clear_line", "gpt2_on_unfinished_steps_names_them",
+    "a_llama_on_unfinished_steps_names_part_ii", "no_new_tokens_and_the_default_model",
+    "main_names_a_learners_failing_step", "help_names_every_flag", "quantize_on_a_gpu_is_refused",
+    "a_long_prompt_compiles_the_prefill_graph_once", "the_kernels_road_falls_back_to_step_15_saying_why",
+    "a_decode_graph_that_does_not_compile_falls_back_to_step_15"))
+
 #: Each mutated file -> the tests that cover it (mutmut runs, per mutant, the ones that call its function).
 TARGETS: dict[str, tuple[str, ...]] = {
     "course/checkpoints.py": ("tests/test_checkpoints.py", "tests/test_step_14_pretrained.py",
@@ -77,20 +93,21 @@ TARGETS: dict[str, tuple[str, ...]] = {
     # child processes that course.check runs, which mutmut cannot see)
     "course/check/hints.py": ("tests/test_hints.py",),
     "course/check/runner.py": ("tests/test_runner.py",),
-    # the checks that call main and its pieces in the tests' process (those that start the program anew, mutmut
-    # cannot see; the 3 prompts x 32 tokens against Hugging Face's add minutes a mutant and nothing these miss)
-    "course/programs/generate.py": tuple(f"tests/test_programs.py::test_{name}" for name in (
-        "bad_input_is_one_clear_line", "the_streamed_text_is_the_whole_text",
-        "a_character_split_across_tokens_waits_for_its_last_byte", "padded_rows_are_never_drawn",
-        "a_prompts_size_is_refused_from_its_bytes", "a_fault_blames_whose_code_it_is",
-        "a_padded_vocabulary_is_never_generated", "main_quantized", "kib_keeps_a_small_caches_fraction",
-        "main_compiles_what_was_asked", "interactive_prompts", "main_json_greedy_matches_hugging_face",
-        "report_speed", "an_end_of_text_ends_the_text", "the_sampling_settings_reach_the_sampler",
-        "device_gpu_without_one", "bad_checkpoints_are_one_clear_line", "gpt2_on_unfinished_steps_names_them",
-        "a_llama_on_unfinished_steps_names_part_ii", "no_new_tokens_and_the_default_model",
-        "main_names_a_learners_failing_step", "help_names_every_flag", "quantize_on_a_gpu_is_refused",
-        "a_long_prompt_compiles_the_prefill_graph_once", "the_kernels_road_falls_back_to_step_15_saying_why",
-        "a_decode_graph_that_does_not_compile_falls_back_to_step_15")),
+    "course/check/pytest_plugin.py": ("tests/test_pytest_plugin.py",),  # in a pytest run inside the test's
+    "course/outline.py": ("tests/test_outline.py",),
+    "course/programs/generate.py": _MAIN_HERE,
+    # the road every program takes to a compiled model: main's checks above, the runner each road builds, and the
+    # quantized roads' own
+    "course/programs/build.py": (*_MAIN_HERE, "tests/test_programs.py::test_the_road_builds_the_runner_asked_for",
+                                 "tests/test_programs.py::test_the_road_refuses_a_llama_part_is_graphs",
+                                 "tests/test_quantize.py"),
+    # llama.cpp, bench's peer (the `llama` extra): its GGUF files and its generation, in the tests' process
+    "course/programs/llama.py": tuple(f"tests/test_programs.py::test_{name}" for name in (
+        "llama_cpp_on_the_same_checkpoint_gives_hugging_faces_tokens", "the_gguf_file_carries_the_checkpoints_tokenizer",
+        "a_float16_checkpoint_is_written_as_float32", "the_gguf_file_is_the_same_under_an_ascii_locale",
+        "llama_cpp_quantizes_without_its_log",
+        "a_file_llama_cpp_cannot_quantize_is_one_line_with_its_reason", "bench_threads_are_the_cores_this_process_may_use",
+        "llama_cpp_opens_the_context_bench_asks_for")),
     # what reaches it in the tests' process: the graph files, the eager executor, the kernels' build, the environment
     # of child processes, the huge pages, and a step's eager checks (to_numpy, from_numpy)
     "course/runtime.py": (*(f"tests/test_course.py::test_{name}" for name in (
@@ -534,6 +551,56 @@ _RUNNER = {
         _NO_XFAIL,
 }
 
+_BD = "course/programs/build.py"
+_ONLY_CPU = ("None is the CPU (MAX's CPU() is one object), the only device here: a machine with an accelerator "
+             "would tell (main --device gpu)")
+_ON_DEVICE = {  # a runner's constructor, or the road to one, given the device: (function, the line as written)
+    ("x_compile_model", "return _compile_llama(steps, pretrained, device, cached, quantize, decode or kernel)"),
+    ("x_compile_model", "return steps[16].DecodeNextLogits(model, config, device, getattr(DType, cache_type(kernel, "
+                        "quantize)),"),
+    ("x_compile_model", "return steps[15].CachedNextLogits(model, config, device)"),
+    ("x_compile_model", "return steps[13].compile_next_logits(model, device)"),
+    ("x__compile_llama", "return steps[24].CachedLlamaNextLogits(model, config, device)"),
+    ("x__compile_llama", "return steps[13].compile_next_logits(model, device)"),
+}
+_BUILD = {
+    **{(_BD, function, line, line.replace(", device", after, 1)): _ONLY_CPU for function, line in _ON_DEVICE
+       for after in ((", None", ", ") if line.endswith("device)") else (", None",))},  # a last argument is dropped too
+    (_BD, "x__compile_llama", "model = (steps[24].CachedLlamaForCausalLM if cached else steps[22].LlamaForCausalLM)(config)",
+     "model = (steps[24].CachedLlamaForCausalLM if cached else steps[23].LlamaForCausalLM)(config)"):
+        "step 23 imports step 22's LlamaForCausalLM: the same class by either name",
+}
+
+_LL = "course/programs/llama.py"
+_TAIL = "tail = (log.read().decode(errors=\"replace\") + logged.getvalue()).strip().splitlines()[-3:]"
+_NO_FD_LOG = ("llama-cpp-python 0.3.36 sends llama.cpp's whole log through its Python callback: nothing reaches "
+              "file descriptor 2 (measured: 0 bytes quantizing a good file, a truncated one and one that is not GGUF), "
+              "so the descriptor's log is empty; its redirect guards builds whose C code prints directly")
+_WARM_UP = "the warm-up's length changes no timed token: the timed run starts from model.reset(), its prompt anew"
+_GENERATE_LINE = "model = open_model(path, n_ctx, max(len(prompt), 8), cache)"
+_LLAMA = {
+    (_LL, "x_quantize", "log.seek(0)", "log.seek(1)"): _NO_FD_LOG,
+    **{(_LL, "x_quantize", _TAIL, _TAIL.replace('"replace"', after)): _NO_FD_LOG for after in ('"XXreplaceXX"', '"REPLACE"')},
+    (_LL, "x_quantize", _TAIL, _TAIL.replace("[-3:]", "[-4:]")):
+        "a failed quantize logs 1 or 2 lines here (measured: a truncated file, one that is not GGUF): the last 3 or 4 "
+        "lines are its whole log",
+    (_LL, "x_time_generation", _GENERATE_LINE, _GENERATE_LINE.replace(", 8)", ", 9)")):
+        "n_batch caps the prompt tokens llama.cpp evaluates at once: any value from the prompt's length up is one batch",
+    (_LL, "x_time_generation", "run(8)  # warm-up", "run(None)  # warm-up"): _WARM_UP,
+    (_LL, "x_time_generation", "run(8)  # warm-up", "run(9)  # warm-up"): _WARM_UP,
+    (_LL, "x_open_model", "n_batch=n_batch, type_k=kv, type_v=kv, verbose=False)",
+     "n_batch=n_batch, type_k=kv, type_v=kv, verbose=None)"):
+        "llama-cpp-python reads verbose as a truth value: None is False, its log level and its silenced loading alike",
+    **{(_LL, "x_write_f32", line, line.replace('"utf-8"', '"UTF-8"')): _UTF8_NAME for line in (
+        'vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))',
+        'merges = [line for line in (folder / "merges.txt").read_text(encoding="utf-8").splitlines()')},
+}
+
+_PYTEST_PLUGIN = {
+    ("course/check/pytest_plugin.py", "x_pytest_configure", 'config.option.reportchars += "s"',
+     'config.option.reportchars += "S"'): "pytest reads -rS as -rs (an old alias it lowercases)",
+}
+
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
 #: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
 EQUIVALENT: dict[tuple[str, str, str, str], str] = {
@@ -594,6 +661,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_RUNTIME,
     **_HINTS,
     **_RUNNER,
+    **_BUILD,
+    **_LLAMA,
+    **_PYTEST_PLUGIN,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
@@ -919,10 +989,12 @@ def _read_verdicts(target: str, work: Path, result: Result) -> None:
     meta = json.loads((work / "mutants" / f"{_in_copy(target)}.meta").read_text(encoding="utf-8"))
     for mutant in result.mutants:
         if mutant.status != "equivalent":
-            status = status_by_exit_code[meta["exit_code_by_key"].get(mutant.name)]
-            # the mutant crashed the tests' process (MAX segfaults on ids or a cache of the wrong shape): the
-            # run ends red, as when a check fails
-            mutant.status = "killed" if status == "segfault" else status
+            code = meta["exit_code_by_key"].get(mutant.name)
+            status = status_by_exit_code[code]
+            # the mutant crashed the tests' process (MAX segfaults on ids or a cache of the wrong shape, llama.cpp
+            # aborts past its context): the run ends red, as when a check fails
+            crashed = status == "segfault" or (status == "suspicious" and code == -signal.SIGABRT)
+            mutant.status = "killed" if crashed else status
 
 
 # --- the report ------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def child(path: str, model: str, tokens: int, quantize: str | None = None, kerne
     from course.programs.generate import import_steps
 
     steps = import_steps("solutions", ROOT / "solutions", [11, 13, 14, 15, 16])
-    pretrained = load(steps, model)
+    pretrained = load(steps, model, "gpt2")
     from max.driver import CPU
 
     next_logits = compile_model(steps, pretrained, CPU(), cached=True, decode=path == "decode",

@@ -34,21 +34,21 @@ def family(model: str) -> str:
     return find(model).family
 
 
-def family_of(config) -> str:
-    """The family of a loaded config: step 17's LlamaConfig, or step 01's GPT2Config."""
-    return "llama" if hasattr(config, "num_key_value_heads") else "gpt2"
+def is_llama(config) -> bool:
+    """Whether a loaded config is step 17's LlamaConfig (else it is step 01's GPT2Config)."""
+    return hasattr(config, "num_key_value_heads")
 
 
 def context(config) -> int:
     """The positions the model learned: GPT-2's n_positions, a Llama's max_position_embeddings."""
-    return config.max_position_embeddings if family_of(config) == "llama" else config.n_positions
+    return config.max_position_embeddings if is_llama(config) else config.n_positions
 
 
 def layers(config) -> int:
-    return config.num_hidden_layers if family_of(config) == "llama" else config.n_layer
+    return config.num_hidden_layers if is_llama(config) else config.n_layer
 
 
-def load(steps: dict[int, object], model: str, family: str = "gpt2"):
+def load(steps: dict[int, object], model: str, family: str):
     """Step 14's ``load_pretrained(model)`` (a Llama's: step 23's): a Hub id or folder, found, read,
     converted and vetted.
 
@@ -86,7 +86,7 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     from max.experimental import functional as F
 
     config, state = pretrained.config, pretrained.state
-    if family_of(config) == "llama":
+    if is_llama(config):
         return _compile_llama(steps, pretrained, device, cached, quantize, decode or kernel)
     if kernel and (not decode or device.label != "cpu"):
         raise ValueError(f"the Mojo kernels serve step 16's decode graph on the CPU, not decode={decode} on {device.label}")
@@ -102,7 +102,7 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     weights = {name: swapped[name] if name in swapped else state[name] for name, _ in model.parameters}
     if decode and device.label == "cpu":  # step 16's road streams them: on 2 MiB pages (chapter 16)
         weights = runtime.on_huge_pages(weights)
-        state.update({name: weights[name] for name in (state.keys() & weights.keys()) - swapped.keys()})  # not twice
+        state.update({name: weights[name] for name in weights.keys() - swapped.keys()})  # held once, not twice
     model.load_state_dict({name: runtime.from_numpy(w) if isinstance(w, np.ndarray) else w
                            for name, w in weights.items()})
     if decode:

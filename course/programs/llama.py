@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -71,7 +72,7 @@ def write_f32(folder: Path, out: Path) -> Path:
     vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
     tokens = sorted(vocab, key=vocab.get) + [f"[PAD{i}]" for i in range(config["vocab_size"] - len(vocab))]
     merges = [line for line in (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
-              if line and not line.startswith("#version")]
+              if not line.startswith("#version")]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -86,7 +87,7 @@ def write_f32(folder: Path, out: Path) -> Path:
     for i in range(layers):
         for ours, theirs in names.items():
             weight, bias = state[f"h.{i}.{ours}.weight"], state[f"h.{i}.{ours}.bias"]
-            tensors[f"blk.{i}.{theirs}.weight"] = weight.T if weight.ndim == 2 else weight  # Conv1D: [in, out]
+            tensors[f"blk.{i}.{theirs}.weight"] = weight.T  # Conv1D's [in, out] as [out, in]; a LayerNorm's is 1-D
             tensors[f"blk.{i}.{theirs}.bias"] = bias
     for name, value in tensors.items():
         writer.add_tensor(name, np.ascontiguousarray(value, dtype=np.float32))
@@ -107,7 +108,7 @@ def quantize(f32: Path, out: Path, name: str) -> Path:
     params.ftype = getattr(llama_cpp, FILE_TYPES[name])
     params.nthread = threads()
     params.pure = True
-    with tempfile.TemporaryFile() as log, io.StringIO() as logged:
+    with tempfile.TemporaryFile() as log, io.StringIO() as logged, _whole_log():
         with _stderr_to(log), contextlib.redirect_stderr(logged):  # C's writes, and llama-cpp-python's log callback
             failed = llama_cpp.llama_model_quantize(str(f32).encode(), str(out).encode(), params) != 0
         if failed:
@@ -115,6 +116,20 @@ def quantize(f32: Path, out: Path, name: str) -> Path:
             tail = (log.read().decode(errors="replace") + logged.getvalue()).strip().splitlines()[-3:]
             raise RuntimeError(f"llama.cpp could not quantize {f32} to {name}: {' / '.join(tail)}")
     return out
+
+
+@contextlib.contextmanager
+def _whole_log():
+    """llama.cpp's whole log for the block: llama-cpp-python prints it at or above its logger's level, which any
+    ``Llama(verbose=False)`` opened before in this process has set to errors only (a failed quantize's reason is not
+    one)."""
+    logger = logging.getLogger("llama-cpp-python")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -136,7 +151,7 @@ def files(folder: Path, scratch: Path, formats: list[str]) -> dict[str, Path]:
     return {"f32": f32} | {name: quantize(f32, scratch / f"model-{name}.gguf", name) for name in formats}
 
 
-def open_model(path: Path, n_ctx: int, n_batch: int, cache: str = "float16"):
+def open_model(path: Path, n_ctx: int, n_batch: int, cache: str):
     """``path`` in llama.cpp, on bench's threads, with its KV cache in ``cache``'s type: float16 (llama.cpp's
     default, as the course's kernel paths) or float32 (as the course's float32 paths: like with like)."""
     import llama_cpp
@@ -147,14 +162,14 @@ def open_model(path: Path, n_ctx: int, n_batch: int, cache: str = "float16"):
 
 
 def time_generation(path: Path, prompt: list[int], new_tokens: int, n_ctx: int,
-                    cache: str = "float16") -> tuple[list[float], list[int]]:
+                    cache: str) -> tuple[list[float], list[int]]:
     """Greedy generation with llama.cpp: ``[start, time of each new token]`` and the tokens."""
     model = open_model(path, n_ctx, max(len(prompt), 8), cache)
 
     def run(count: int) -> tuple[list[float], list[int]]:
         model.reset()  # forget the last run's tokens: the prompt is evaluated anew
         times, tokens = [time.perf_counter()], []
-        for token in model.generate(prompt, temp=0.0, reset=True):
+        for token in model.generate(prompt, temp=0.0):
             times.append(time.perf_counter())
             tokens.append(int(token))
             if len(tokens) == count:
