@@ -73,6 +73,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from course.programs.generate import ONE_ROW_KERNELS, QUANTIZE
@@ -451,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = LLAMA_PATHS if family == "llama" else PATHS
     peer = llama.version() if family == "gpt2" else None
     if peer is None and family == "gpt2":
-        err.print(f"[dim]llama.cpp is not installed, so bench times no peer: {llama.INSTALL}.[/]")
+        err.print(f"[dim]llama.cpp is not installed, so bench times no peer: {escape(llama.INSTALL)}.[/]")
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         model = args.model
         if model is not None:
@@ -475,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                 kernels()  # compiled once here, not in each round's worker
             except KernelError as error:
                 paths = [path for path in paths if path not in kernel_paths]
-                err.print(f"[dim]No Mojo kernel paths ({', '.join(kernel_paths)}): {error}.[/]")
+                err.print(f"[dim]No Mojo kernel paths ({', '.join(kernel_paths)}): {escape(str(error))}.[/]")
         runs = _run_all(paths, args, model, labels)
         config = import_steps_config(model) if args.roofline else None  # before the scratch folder goes
     results = {path: _median(r) for path, r in runs.items()}
@@ -487,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         plot(results, args.plot, labels)
     if args.roofline:
         roofline(results, args.roofline, labels, config, bandwidth, llama.threads())
-        err.print(f"[dim]Roofline: {bandwidth:.1f} GB/s measured by NumPy before the runs; wrote {args.roofline}.[/]")
+        err.print(f"[dim]Roofline: {bandwidth:.1f} GB/s measured by NumPy before the runs; wrote {escape(str(args.roofline))}.[/]")
     if args.json:
         out = {}
         for path, r in results.items():
@@ -521,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     err.print(f"[dim]Threads: {threads} for every engine (MAX's and PyTorch's default, llama.cpp's n_threads). "
               + (f"llama.cpp: llama-cpp-python {peer}, GGUF written from the same checkpoint, quantized by "
                  f"llama_model_quantize with every tensor in the one format (pure). " if peer else "")
-              + f"Command: {' '.join(['python -m course.programs.bench', *(argv if argv is not None else sys.argv[1:])])}[/]")
+              + f"Command: {escape(' '.join(['python -m course.programs.bench', *(argv if argv is not None else sys.argv[1:])]))}[/]")
     if a := next((r["accuracy"] for r in results.values() if "accuracy" in r), None):
         err.print(f"[dim]Every row scores the same {a['steps']} next tokens of held-out text (lower perplexity is better; "
                   f"top-1 and |Δ logit| against float32, whose logits have a standard deviation of {a['logit_std']:.2f}).[/]")
