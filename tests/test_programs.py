@@ -1060,6 +1060,27 @@ def test_a_fault_blames_whose_code_it_is(tmp_path):
         "unexpected error: KeyError: '<|endoftext|>'"
 
 
+def test_brackets_in_a_message_reach_the_learner_as_written(checkpoint, tmp_path, capsys, monkeypatch):
+    """main's lines are rich markup: a folder named `runs[seq]` or an error about `[1, seq]` and `[/x]` are printed
+    as written, not taken for styles (which would drop `[seq]`, and fail on `[/x]` with a traceback)"""
+    from course.programs import generate
+
+    missing = tmp_path / "runs[seq]"
+    result = program_here(capsys, "--model", str(missing), "--prompt", "Hi")
+    assert result.returncode == 2 and str(missing) in result.stderr, result.stderr
+    copy = tmp_path / "tiny[gpt2]"
+    shutil.copytree(checkpoint, copy)
+
+    def fails(self, prompt):
+        raise ValueError("shape [1, seq] does not match [/x]")
+
+    monkeypatch.setattr(generate.Generator, "run", fails)
+    result = program_here(capsys, "--model", str(copy), "--prompt", "Hi", "--max-new-tokens", "1")
+    assert f"Loading {copy} …" in result.stderr, result.stderr
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        "unexpected error: ValueError: shape [1, seq] does not match [/x]"), result.stderr
+
+
 # --- llama.cpp, bench's peer (the `llama` extra) -----------------------------------------------
 
 

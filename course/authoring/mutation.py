@@ -81,7 +81,7 @@ _MAIN_HERE = tuple(f"tests/test_programs.py::test_{name}" for name in (
     "a_llama_on_unfinished_steps_names_part_ii", "no_new_tokens_and_the_default_model",
     "main_names_a_learners_failing_step", "help_names_every_flag", "quantize_on_a_gpu_is_refused",
     "a_long_prompt_compiles_the_prefill_graph_once", "the_kernels_road_falls_back_to_step_15_saying_why",
-    "a_decode_graph_that_does_not_compile_falls_back_to_step_15"))
+    "a_decode_graph_that_does_not_compile_falls_back_to_step_15", "brackets_in_a_message_reach_the_learner_as_written"))
 
 #: Each mutated file -> the tests that cover it (mutmut runs, per mutant, the ones that call its function).
 TARGETS: dict[str, tuple[str, ...]] = {

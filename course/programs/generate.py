@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from course import runtime
 from course.checkpoints import CheckpointError, default_model
@@ -62,10 +63,10 @@ def status(message: str):
     """rich's spinner with ``message`` while the block runs, on a terminal; elsewhere (a pipe, a log file),
     the message as one line, since a spinner there shows nothing."""
     if err.is_terminal:
-        with err.status(message):
+        with err.status(escape(message)):
             yield
     else:
-        err.print(f"[dim]{message}[/]")
+        err.print(f"[dim]{escape(message)}[/]")
         yield
 
 
@@ -169,7 +170,7 @@ def kernel_road(args, family: str) -> bool:
     try:
         runtime.kernels()
     except runtime.KernelError as error:
-        err.print(f"[dim]{error}: step 15's graph runs instead of step 16's kernels.[/]")
+        err.print(f"[dim]{escape(str(error))}: step 15's graph runs instead of step 16's kernels.[/]")
         return False
     return True
 
@@ -273,7 +274,7 @@ class Generator:
             from course.check.hints import REPORT_TO, describe
 
             who = f"check step 16 with {check_command(16)}" if self.args.target == "steps" else REPORT_TO
-            err.print(f"[dim]step 16's decode graph did not compile ({describe(error)}): step 15's graph runs "
+            err.print(f"[dim]step 16's decode graph did not compile ({escape(describe(error))}): step 15's graph runs "
                       f"instead; {who}.[/]")
             del self.steps[16]
             return self.compiled(cached)
@@ -395,7 +396,7 @@ def interactive(generator: Generator) -> None:
         try:
             result = generator.run(prompt)
         except Stop as stop:
-            err.print(f"[red]{stop}[/]")
+            err.print(f"[red]{escape(str(stop))}[/]")
             continue
         if generator.args.json:
             print(json.dumps(result, ensure_ascii=False))
@@ -408,7 +409,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m course.programs.g
         if args.model is None:
             args.model, notice = default_model()
             if notice:
-                err.print(f"[yellow]{notice}[/]")
+                err.print(f"[yellow]{escape(notice)}[/]")
         try:
             family = build.family(args.model)
         except CheckpointError as error:
@@ -432,14 +433,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m course.programs.g
             print(json.dumps(result, ensure_ascii=False))
         return 0
     except Stop as stop:
-        err.print(f"[red]{stop}[/]")
+        err.print(f"[red]{escape(str(stop))}[/]")
         return stop.code
     except KeyboardInterrupt:
         err.print()
         return 130
     except Exception as error:  # noqa: BLE001 - anything else is still one line, never a traceback
         folder = SOLUTIONS if args.target == "solutions" else args.steps_dir.resolve()
-        err.print(f"[red]{learner_fault(error, folder)}[/]")
+        err.print(f"[red]{escape(learner_fault(error, folder))}[/]")
         return 2
 
 
