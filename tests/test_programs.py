@@ -1263,19 +1263,30 @@ def test_a_file_llama_cpp_cannot_quantize_is_one_line_with_its_reason(gguf_dir, 
     assert not printed.err and not printed.out, printed
 
 
+@contextlib.contextmanager
+def on_one_core(restrict: bool = True):
+    """The block runs with this process restricted to one of its cores (``taskset``), where the system can do that
+    (sched_setaffinity) and ``restrict`` asks for it; its cores are given back after."""
+    if not restrict or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cores)
+
+
 def test_bench_threads_are_the_cores_this_process_may_use(monkeypatch):
     """every engine's thread count is the cores the process may run on (``taskset``), not the machine's; where
     the system cannot say (macOS: no sched_getaffinity), the machine's cores, and 1 if even that is unknown"""
     from course.programs import llama
 
     if hasattr(os, "sched_setaffinity"):
-        cores = os.sched_getaffinity(0)
-        assert llama.threads() == len(cores)
-        try:
-            os.sched_setaffinity(0, {min(cores)})
+        assert llama.threads() == len(os.sched_getaffinity(0))
+        with on_one_core():
             assert llama.threads() == 1, f"{llama.threads()} threads on one core"
-        finally:
-            os.sched_setaffinity(0, cores)
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     for count, expected in ((6, 6), (None, 1)):
         monkeypatch.setattr(os, "cpu_count", lambda count=count: count)
@@ -1292,18 +1303,12 @@ def test_llama_cpp_opens_the_context_bench_asks_for(checkpoint, gguf_dir, capfd)
     from course.programs import llama
 
     path = llama.write_f32(checkpoint, gguf_dir / "model-f32.gguf")
-    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     for cache, ggml, one_core in (("float32", llama_cpp.GGML_TYPE_F32, False), ("float16", llama_cpp.GGML_TYPE_F16, True)):
-        if one_core and cores is not None:
-            os.sched_setaffinity(0, {min(cores)})
-        try:
+        with on_one_core(one_core):  # (where llama-cpp-python's own defaults would differ from bench's threads)
             capfd.readouterr()
             params = llama.open_model(path, GEN["n_positions"], 12, cache).context_params
             printed = capfd.readouterr()
             threads = llama.threads()
-        finally:
-            if cores is not None:
-                os.sched_setaffinity(0, cores)
         got = params.n_ctx, params.n_batch, params.n_threads, params.n_threads_batch, params.type_k, params.type_v
         assert got == (GEN["n_positions"], 12, threads, threads, ggml, ggml), (cache, got)
         assert "llama_model_loader" not in printed.err + printed.out, printed.err[:300]  # its loading log, verbose
