@@ -8,12 +8,16 @@ paths run in which order, and the lines around the table.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 
 import pytest
 
 from course.programs import bench, llama
+from harness import solution
+from reference import GEN, GEN_LLAMA
+from test_programs import checkpoint, llama_checkpoint  # noqa: F401 - the fixtures: a small GPT-2, a small Llama
 
 pytestmark = pytest.mark.programs
 
@@ -26,19 +30,23 @@ ACCURACY = {"top1": 0.875, "max_abs_err": 0.0625, "perplexity": 41.5, "perplexit
             "logit_std": 1.5}
 
 
+class Calls(list):
+    """bench's worker calls as (path, scored, model, gguf_dir), and llama.files' calls as .written."""
+
+
 @pytest.fixture
 def canned(monkeypatch, checkpoint_dir):
     """bench's workers replaced by canned runs: each call is recorded, round by round. (The table is printed as
     wide as a terminal of 200 columns: rich reads COLUMNS.)"""
     monkeypatch.setenv("COLUMNS", "200")
-    calls = []
+    calls = Calls()
 
     def run(path, args, model, accuracy=False):
         round_ = sum(call[0] == path for call in calls)
         calls.append((path, accuracy, model, args.gguf_dir))
         speed = SPEEDS[path][round_]
-        out = {"prefill_ms": PREFILL_MS[round_], "decode_tok_s": speed, "step_ms": [1000 / speed] * 7,
-               "tokens": [round_, 1, 2, 3, 4, 5, 6, 7], "compile_s": 1.0,
+        out = {"prefill_ms": PREFILL_MS[round_], "decode_tok_s": speed, "step_ms": [1000 / speed * (1 + k / 10) for k in range(7)],
+               "tokens": [round_, 1, 2, 3, 4, 5, 6, 7],
                "kv_cache": "float16" if path.startswith("kernel_") or path == "llama_q4_0" else "float32"}
         if accuracy and path != "hf":
             out["accuracy"] = ACCURACY
@@ -47,7 +55,8 @@ def canned(monkeypatch, checkpoint_dir):
         return out
 
     monkeypatch.setattr(bench, "_run_worker", run)
-    monkeypatch.setattr(llama, "files", lambda folder, scratch, formats: {})
+    monkeypatch.setattr(llama, "files", lambda folder, scratch, formats: written.append((folder, scratch, formats)) or {})
+    calls.written = written = []  # each llama.files call: the checkpoint, the scratch folder, the formats
     return calls
 
 
@@ -76,6 +85,8 @@ def test_the_json_holds_each_paths_medians_and_both_ratios(canned, checkpoint_di
         row, speed = out[path], statistics.median(speeds)
         assert (row["decode_tok_s"], row["prefill_ms"], row["vs_hf"]) == (speed, 11.0, round(speed / hf, 3)), (path, row)
         assert row["tokens"] == [0, 1, 2, 3, 4, 5, 6, 7], (path, row["tokens"])  # the first round's
+        assert {"prefill_ms", "decode_tok_s", "vs_hf", "kv_cache", "tokens"} <= set(row), row
+        assert row["kv_cache"] == ("float16" if path in ("kernel_q4_0", "llama_q4_0") else "float32"), row
         peer = bench.PEERS.get(path)
         assert row.get("vs_llama_cpp") == (round(speed / statistics.median(SPEEDS[peer]), 3) if peer else None), row
     assert {path: out[path].get("perplexity") for path in ("hf", "cache", "cache_q4_0", "kernel_q4_0")} == {
@@ -85,6 +96,9 @@ def test_the_json_holds_each_paths_medians_and_both_ratios(canned, checkpoint_di
     scored = {path for path, accuracy, *_ in canned if accuracy}
     assert scored == {"hf", "cache_q4_0", "kernel_q4_0"} and all(not a for p, a, *_ in canned[len(SPEEDS):]), scored
     assert {gguf for *_, gguf in canned} != {None}, "llama.cpp's workers were not told where the GGUF files are"
+    assert {bench.Path(model).resolve() for _, _, model, _ in canned} == {checkpoint_dir.resolve()}, canned
+    [(folder, scratch, formats)] = canned.written  # the checkpoint as GGUF, f32 and q4_0, where the workers look
+    assert (folder.resolve(), str(scratch), formats) == (checkpoint_dir.resolve(), canned[0][3], ["q4_0"]), canned.written
 
 
 def test_the_table_shows_every_setting_and_the_command(canned, checkpoint_dir, capsys, monkeypatch):
@@ -99,12 +113,25 @@ def test_the_table_shows_every_setting_and_the_command(canned, checkpoint_dir, c
         assert column in table, (column, table)
     lines = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
              for line in table.splitlines() if line.count("│") > 3}
+    header = next(line for line in table.splitlines() if line.count("┃") > 3)
+    assert [cell.strip() for cell in header.split("┃")[1:-1]] == [
+        "path", "KV cache", "prefill ms", "decode tok/s", "× Hugging Face", "× llama.cpp", "perplexity", "top-1 vs fp32",
+        "max |Δ logit|"], header
+    raw = next(line for line in table.splitlines() if bench.PATHS["cache_q4_0"] in line).split("│")[1:-1]
+    assert raw[0].startswith(" " + bench.PATHS["cache_q4_0"]) and all(c.endswith(c.strip() + " ") and c.startswith("  ")
+                                                                       for c in raw[1:]), raw  # the path left, figures right
+    assert lines[bench.PATHS["decode"]][5:] == ["", "", ""], lines  # no perplexity, no accuracy for float32's other paths
+    assert f"GPT-2 ({checkpoint_dir}'s weights, cpu)" in " ".join(table.split()), table
     assert lines[bench.PATHS["cache_q4_0"]] == ["float32", "11.0", "93.0", "4.23", "0.61", "41.50", "7/8", "0.062"], lines
     assert lines[bench.PATHS["cache"]][:6] == ["float32", "11.0", "33.0", "1.50", "0.52", "40.25"], lines
     assert lines[bench.PATHS["hf"]] == ["float32", "11.0", "22.0", "1.00", "", "40.00", "", ""], lines
     assert f"Threads: {llama.threads()} for every engine" in notes and "llama-cpp-python 0.3.36" in notes, notes
+    assert "not installed" not in notes and "A Llama checkpoint" not in notes, notes
     assert "Command: python -m course.programs.bench " + " ".join(argv) in notes, notes
     assert "Every row scores the same 8 next tokens of held-out text" in notes and "deviation of 1.50" in notes, notes
+    for round_ in range(3):  # a line as each run ends
+        for path, speeds in SPEEDS.items():
+            assert f"round {round_ + 1}/3: {bench.PATHS[path]}: {speeds[round_]:.1f} tok/s (" in notes, (path, notes)
 
 
 def test_without_llama_cpp_one_line_says_how_to_add_it_and_no_peer_column(canned, checkpoint_dir, capsys, monkeypatch):
@@ -113,6 +140,8 @@ def test_without_llama_cpp_one_line_says_how_to_add_it_and_no_peer_column(canned
     printed = capsys.readouterr()
     assert "× llama.cpp" not in printed.out and "perplexity" not in printed.out, printed.out
     assert f"llama.cpp is not installed, so bench times no peer: {llama.INSTALL}." in " ".join(printed.err.split())
+    assert "GGUF written" not in printed.err and "llama_model_quantize" not in printed.err, printed.err
+    assert all(line.count("│") == 6 for line in printed.out.splitlines() if "│" in line), printed.out  # 5 columns
     assert [path for path, *_ in canned] == ["hf", "no_cache", "cache", "decode", "kernel"], canned
 
 
@@ -147,12 +176,684 @@ def test_settings_that_cannot_be_timed_are_refused(argv, said):
     assert str(refused.value) == said, str(refused.value)
 
 
-def test_a_llama_checkpoint_runs_part_iis_paths_and_refuses_part_is_flags(canned, tmp_path, capsys):
+def test_the_command_line_shown_is_the_one_that_ran(canned, checkpoint_dir, capsys, monkeypatch):
+    """bench run as a program (no argv given): the note's command is its own command line"""
+    monkeypatch.setattr(llama, "version", lambda: None)
+    monkeypatch.setattr("sys.argv", ["bench", "--model", str(checkpoint_dir), "--rounds", "1"])
+    assert bench.main() == 0
+    notes = " ".join(capsys.readouterr().err.split())
+    assert f"Command: python -m course.programs.bench --model {checkpoint_dir} --rounds 1" in notes, notes
+
+
+def test_a_checkpoint_that_cannot_be_found_is_one_line(tmp_path):
+    with pytest.raises(SystemExit) as refused:
+        bench.main(["--model", str(tmp_path / "nowhere")])
+    assert str(refused.value).startswith("bench: ") and "nowhere" in str(refused.value), str(refused.value)
+
+
+def test_the_smallest_settings_that_can_be_timed_run(canned, checkpoint_dir, capsys, monkeypatch):
+    """3 new tokens (a prefill and two decode steps), a 1-token prompt, 1 round"""
+    monkeypatch.setattr(llama, "version", lambda: None)
+    argv = ["--model", str(checkpoint_dir), "--new-tokens", "3", "--prompt-tokens", "1", "--rounds", "1", "--json"]
+    assert bench.main(argv) == 0 and list(json.loads(capsys.readouterr().out)) == ["hf", "no_cache", "cache", "decode",
+                                                                                    "kernel"]
+
+
+def test_a_llama_checkpoint_runs_part_iis_paths_and_refuses_part_is_flags(canned, tmp_path, capsys, monkeypatch):
     folder = fake_checkpoint(tmp_path / "llama", "llama")
     for flag in (["--quantize", "q4_0"], ["--roofline", str(tmp_path / "r.svg")]):
         with pytest.raises(SystemExit) as refused:
             bench.main(["--model", str(folder), *flag])
         assert str(refused.value) == (f"bench: {flag[0]} runs Part I's GPT-2 (chapters 15 and 16); {folder} is a "
                                       "Llama, which Part II runs in float32: leave it out"), str(refused.value)
+    monkeypatch.setattr(llama, "version", lambda: "0.3.36")  # installed, and still no peer for a Llama
+    monkeypatch.setenv("COLUMNS", "200")
     assert bench.main(["--model", str(folder), "--rounds", "1", "--json"]) == 0
-    assert list(json.loads(capsys.readouterr().out)) == list(bench.LLAMA_PATHS)
+    assert list(json.loads(capsys.readouterr().out)) == list(bench.LLAMA_PATHS) and not canned.written
+    svg = tmp_path / "llama.svg"
+    assert bench.main(["--model", str(folder), "--rounds", "1", "--plot", str(svg)]) == 0
+    printed = capsys.readouterr()
+    legend = [t["text"] for t in svg_parts(svg)["text"] if t["text"].startswith("— ")]
+    assert legend == [f"— {label}" for label in bench.LLAMA_PATHS.values()], legend
+    assert f"round 1/1: {bench.LLAMA_PATHS['no_cache']}: " in " ".join(printed.err.split()), printed.err
+    rows = [line.split("│")[1].strip() for line in printed.out.splitlines() if line.count("│") > 3]
+    assert rows == list(bench.LLAMA_PATHS.values()) and "Llama (" in printed.out, printed.out
+    notes = " ".join(printed.err.split())
+    assert ("A Llama checkpoint: Hugging Face, ours without a cache and with step 24's; step 16's decode graph and the "
+            "llama.cpp peer are Part I's (GPT-2) only.") in notes and "not installed" not in notes, notes
+
+
+# --- each path's worker, in the tests' process ---------------------------------------------------------------------
+# bench starts `bench --worker PATH` in a process of its own for each run; these checks call that worker here, on
+# the small checkpoint of tests/test_programs.py (whose graphs its checks compile too), to check what each path runs
+# and how its clock is read.
+
+NEW, PROMPT, EVAL = 8, 12, 16  # new tokens, the prompt's, held-out tokens scored
+
+
+@pytest.fixture
+def bench_clock(monkeypatch):
+    """Every reading of the clock that bench.py's own code takes, in order (MAX's, PyTorch's and pytest's are left out)."""
+    import sys
+    import time
+
+    read, real = [], time.perf_counter
+
+    def perf_counter():
+        now = real()
+        if sys._getframe(1).f_globals.get("__name__") == bench.__name__:
+            read.append(now)
+        return now
+
+    monkeypatch.setattr(time, "perf_counter", perf_counter)
+    return read
+
+
+@pytest.fixture
+def runners(monkeypatch):
+    """Each runner bench's worker builds, as (its type, its model's type, its cache's type, quantized or not), and the
+    length of each sequence it is then called on."""
+    from course.programs import build
+
+    built, real = [], build.compile_model
+
+    class Recorded:
+        def __init__(self, runner):
+            self.runner, self.calls = runner, []
+
+        def __call__(self, ids):
+            self.calls.append(len(ids))
+            return self.runner(ids)
+
+        def __getattr__(self, name):
+            return getattr(self.runner, name)
+
+    def compile_model(steps, pretrained, device, cached, quantize=None, **options):
+        runner = Recorded(real(steps, pretrained, device, cached, quantize, **options))
+        model = getattr(runner.runner, "model", None)
+        built.append((type(runner.runner).__name__, type(model).__name__, getattr(getattr(runner.runner, "cache_dtype", None), "name", ""),
+                      quantize, runner.calls))
+        return runner
+
+    monkeypatch.setattr(build, "compile_model", compile_model)
+    return built
+
+
+@pytest.fixture(scope="module")
+def hf_tokens(checkpoint) -> list[int]:
+    """Hugging Face's greedy tokens after bench's prompt, up to its end token."""
+    import transformers
+
+    from reference import hf_greedy
+
+    model = transformers.GPT2LMHeadModel.from_pretrained(checkpoint).eval()
+    prompt = bench._prompt(PROMPT, GEN["vocab_size"])
+    assert len(prompt) == PROMPT and all(0 <= t < GEN["vocab_size"] for t in prompt), prompt
+    return hf_greedy(model, prompt, NEW, model.config.eos_token_id)[0]
+
+
+def same_tokens(ours: list[int], hf: list[int], what: str) -> None:
+    """``ours`` (NEW tokens) begin with Hugging Face's greedy tokens, which stop at the end token (bench's go on)."""
+    assert len(ours) == NEW and ours[:len(hf)] == hf, f"{what} generated {ours}, Hugging Face {hf}"
+
+
+def timed(result: dict, clock: list[float]) -> None:
+    """The worker's figures are the clock's readings around its NEW tokens (the last NEW + 1): the prefill up to the
+    first token, and decode tok/s over the rest."""
+    start, *at = clock[-(NEW + 1):]
+    steps = [b - a for a, b in zip(at, at[1:])]
+    assert result["prefill_ms"] == pytest.approx(1000 * (at[0] - start), rel=1e-12), (result, clock)
+    assert result["step_ms"] == pytest.approx([1000 * s for s in steps], rel=1e-12), (result, clock)
+    assert result["decode_tok_s"] == pytest.approx(len(steps) / sum(steps), rel=1e-12), (result, clock)
+
+
+def test_hugging_faces_worker_times_its_cached_generate(checkpoint, hf_tokens, bench_clock, monkeypatch):
+    """`bench --worker hf`: Hugging Face's generate, warmed up, then timed at each of its tokens; greedy, with its
+    cache (a one-token forward after the prompt's), without gradients, in eval mode"""
+    import torch
+    import transformers
+
+    forwards, real = [], transformers.GPT2LMHeadModel.forward
+
+    def forward(self, input_ids=None, **kwargs):
+        forwards.append((input_ids.shape[1], torch.is_grad_enabled(), self.training, input_ids.device.type))
+        return real(self, input_ids, **kwargs)
+
+    monkeypatch.setattr(transformers.GPT2LMHeadModel, "forward", forward)
+    result = bench.worker("hf", NEW, PROMPT, "cpu", str(checkpoint), 0)
+    same_tokens(result["tokens"], hf_tokens, "bench's hf worker")
+    assert len(bench_clock) == NEW + 1, bench_clock  # the start, and one reading a token
+    timed(result, bench_clock)
+    assert (result["kv_cache"], "perplexity" in result) == ("float32", False), result
+    timed_forwards = forwards[-NEW:]
+    assert [f[0] for f in timed_forwards] == [PROMPT] + [1] * (NEW - 1), forwards  # the cache: one new token a step
+    assert len(forwards) > NEW, "no warm-up before the timed run"
+    assert {f[1:] for f in forwards} == {(False, False, "cpu")}, forwards
+
+
+def test_hugging_faces_worker_times_every_token_past_the_end_token(checkpoint, hf_tokens, tmp_path):
+    """`bench --worker hf` on a checkpoint whose end token is one greedy picks early: Hugging Face's generate holds
+    the end token back and runs all NEW tokens (bench times the same count on every path)"""
+    import shutil
+
+    folder = tmp_path / "ends-early"
+    shutil.copytree(checkpoint, folder)
+    for name in ("config.json", "generation_config.json"):
+        config = json.loads((folder / name).read_text())
+        config["eos_token_id"] = hf_tokens[1]
+        (folder / name).write_text(json.dumps(config))
+    result = bench.worker("hf", NEW, PROMPT, "cpu", str(folder), 0)
+    assert len(result["tokens"]) == NEW and hf_tokens[1] not in result["tokens"], (result["tokens"], hf_tokens[1])
+
+
+def test_hugging_faces_worker_scores_the_held_out_text(checkpoint):
+    """`bench --worker hf --eval-tokens 16`: Hugging Face's perplexity on the held-out tokens every path scores:
+    exp of the mean negative log-likelihood of each next token, in float64"""
+    import transformers
+
+    result = bench.worker("hf", 3, PROMPT, "cpu", str(checkpoint), EVAL)
+    model = transformers.GPT2LMHeadModel.from_pretrained(checkpoint).eval()
+    assert result["perplexity"] == pytest.approx(perplexity(model, checkpoint, GEN["n_positions"]), rel=1e-9), result
+
+
+def perplexity(model, folder, context: int) -> float:
+    """``model``'s perplexity on the EVAL held-out tokens bench scores (windows of at most ``context``), in float64."""
+    import numpy as np
+    import torch
+
+    from course.programs.quantize import held_out
+
+    windows = held_out(folder, solution(12).Tokenizer.from_dir(folder), context, EVAL)
+    assert sum(len(w) - 1 for w in windows) == EVAL, windows
+    nll = []
+    with torch.no_grad():
+        for window in windows:
+            logits = model(torch.tensor([window])).logits[0].double().numpy()
+            top = logits.max(-1, keepdims=True)
+            logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+            nll += [-logp[i, window[i + 1]] for i in range(len(window) - 1)]
+    return float(np.exp(np.mean(nll)))
+
+
+@pytest.mark.parametrize("path, runner, model, cache", [
+    ("cache", "CachedNextLogits", "NoneType", ""),
+    ("no_cache", "function", "NoneType", ""),
+    ("decode", "DecodeNextLogits", "DecodeGPT2LMHeadModel", "float32"),
+    ("kernel", "DecodeNextLogits", "KernelGPT2LMHeadModel", "float32"),
+])
+def test_our_workers_time_the_runner_their_path_names(path, runner, model, cache, checkpoint, hf_tokens, bench_clock,
+                                                       runners, request):
+    """`bench --worker PATH` for our float32 paths: the runner its label names, warmed up, then timed at each token,
+    greedy (Hugging Face's tokens)"""
+    if path == "kernel":
+        request.getfixturevalue("mojo_kernels")
+    result = bench.worker(path, NEW, PROMPT, "cpu", str(checkpoint), 0)
+    same_tokens(result["tokens"], hf_tokens, f"bench's {path} worker")
+    assert [r[:4] for r in runners] == [(runner, model, cache, None)], runners
+    calls = runners[0][4]
+    assert len(calls) > NEW and calls[-NEW] == PROMPT, calls  # a warm-up, then the timed NEW tokens from the prompt
+    assert len(bench_clock) == NEW + 1, bench_clock  # the start, and one reading a token
+    timed(result, bench_clock)
+    assert result["kv_cache"] == ("none" if path == "no_cache" else "float32"), result
+
+
+@pytest.mark.parametrize("path, model, cache", [("cache_q4_0", "DecodeGPT2LMHeadModel", "float32"),
+                                                ("kernel_q4_0", "KernelGPT2LMHeadModel", "float16")])
+def test_a_formats_worker_scores_it_against_float32(path, model, cache, checkpoint, runners, request):
+    """`bench --worker cache_q4_0 --eval-tokens 16` (and kernel_q4_0): step 16's decode graph on q4_0 weights, timed;
+    then float32 (step 15's cache) and the format score the same 16 held-out tokens, float32's perplexity being
+    Hugging Face's"""
+    if path.startswith("kernel"):
+        request.getfixturevalue("mojo_kernels")
+    result = bench.worker(path, 3, PROMPT, "cpu", str(checkpoint), EVAL)
+    assert [r[:4] for r in runners] == [("DecodeNextLogits", model, cache, "q4_0"),
+                                        ("CachedNextLogits", "NoneType", "", None)], runners
+    accuracy = result["accuracy"]
+    hf = bench.worker("hf", 3, PROMPT, "cpu", str(checkpoint), EVAL)["perplexity"]
+    assert accuracy["steps"] == EVAL and accuracy["perplexity_fp32"] == pytest.approx(hf, rel=1e-4), (accuracy, hf)
+    assert accuracy["perplexity"] != accuracy["perplexity_fp32"] and accuracy["max_abs_err"] > 0, accuracy
+    assert result["kv_cache"] == cache and len(result["tokens"]) == 3, result
+    assert "accuracy" not in bench.worker(path, 3, PROMPT, "cpu", str(checkpoint), 0), "scored without --eval-tokens"
+
+
+def test_a_format_the_width_cannot_block_is_refused_before_compiling(checkpoint, runners):
+    """`bench --worker cache_q4_k` on a model 64 wide: quantize.check's refusal, before anything is compiled"""
+    with pytest.raises(ValueError) as refused:
+        bench.worker("cache_q4_k", 3, PROMPT, "cpu", str(checkpoint), 0)
+    assert str(refused.value).startswith(f"--quantize q4_k needs widths that are multiples of 256; n_embd is {GEN['n_embd']}"), str(refused.value)
+    assert runners == [], runners
+
+
+@pytest.mark.parametrize("path", ["hf", "no_cache", "cache"])
+def test_a_llamas_workers_run_part_iis_steps_on_hugging_faces_tokens(path, llama_checkpoint, runners):
+    """`bench --worker PATH --model <a Llama>`: Hugging Face's LlamaForCausalLM, ours without a cache (step 13's graph
+    of step 22's model) and with step 24's, on the same greedy tokens; Hugging Face scores the held-out text with
+    the Llama's context (max_position_embeddings)"""
+    import transformers
+
+    from reference import hf_greedy
+
+    model = transformers.LlamaForCausalLM.from_pretrained(llama_checkpoint).eval()
+    hf = hf_greedy(model, bench._prompt(PROMPT, model.config.vocab_size), NEW, model.config.eos_token_id)[0]
+    result = bench.worker(path, NEW, PROMPT, "cpu", str(llama_checkpoint), EVAL if path == "hf" else 0)
+    same_tokens(result["tokens"], hf, f"bench's {path} worker on a Llama")
+    if path == "hf":
+        assert result["perplexity"] == pytest.approx(perplexity(model, llama_checkpoint, GEN_LLAMA["max_position_embeddings"]),
+                                                     rel=1e-9), result
+    else:
+        assert [r[0] for r in runners] == ["function" if path == "no_cache" else "CachedLlamaNextLogits"], runners
+
+
+@pytest.mark.llama
+def test_llama_cpps_worker_runs_its_gguf_file_with_the_peers_cache(checkpoint, hf_tokens, tmp_path, monkeypatch):
+    """`bench --worker llama_f32 --gguf-dir DIR`: llama.cpp's f32 file of the same checkpoint gives Hugging Face's
+    tokens, with a float32 cache (its peers' type; float16 for a quantized file, as the kernel paths')"""
+    from course.programs import llama
+
+    monkeypatch.chdir(tmp_path)
+    llama.files(checkpoint, tmp_path, [])
+    result = bench.worker("llama_f32", NEW, PROMPT, "cpu", str(checkpoint), 0, str(tmp_path))
+    same_tokens(result["tokens"], hf_tokens, "bench's llama_f32 worker")
+    assert (result["kv_cache"], len(result["step_ms"])) == ("float32", NEW - 1), result
+    assert [bench.llama_cache(name) for name in ("f32", "q4_0", "q4_k", "q6_k")] == ["float32"] + ["float16"] * 3
+    args = argparse.Namespace(new_tokens=NEW, prompt_tokens=PROMPT, device="cpu", eval_tokens=0, gguf_dir=str(tmp_path))
+    assert bench._run_worker("llama_f32", args, str(checkpoint))["tokens"] == result["tokens"]  # told where the file is
+
+
+def test_a_worker_runs_in_its_own_process_and_hands_back_its_figures(checkpoint, tmp_path, monkeypatch):
+    """bench's `_run_worker`: `bench --worker` in a process of its own (from any working directory), its JSON line
+    read back; scored only when asked; a failed one is one line naming the path and its last line of stderr"""
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(new_tokens=3, prompt_tokens=5, device="cpu", eval_tokens=EVAL, gguf_dir=None)
+    plain = bench._run_worker("hf", args, str(checkpoint))
+    assert len(plain["tokens"]) == 3 and len(plain["step_ms"]) == 2 and "perplexity" not in plain, plain
+    assert plain["tokens"] == bench.worker("hf", 3, 5, "cpu", str(checkpoint), 0)["tokens"], "not the same prompt"
+    scored = bench._run_worker("hf", args, str(checkpoint), accuracy=True)
+    assert scored["tokens"] == plain["tokens"] and scored["perplexity"] > 1, scored
+    with pytest.raises(SystemExit) as failed:
+        bench._run_worker("hf", args, str(tmp_path / "nowhere"))
+    said = str(failed.value)
+    assert said.startswith("bench: the hf process failed: OSError: ") and "nowhere" in said and "\n" not in said, said
+
+
+def test_the_worker_command_prints_its_path_s_figures_as_one_json_line(checkpoint, capsys):
+    """`bench --worker hf --new-tokens 3 --prompt-tokens 5 --model DIR`: what each path's process runs; its last line
+    is the worker's result as JSON, with every setting passed on"""
+    argv = ["--worker", "hf", "--new-tokens", "3", "--prompt-tokens", "5", "--model", str(checkpoint)]
+    assert bench.main([*argv, "--eval-tokens", "0"]) == 0
+    plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plain["tokens"] == bench.worker("hf", 3, 5, "cpu", str(checkpoint), 0)["tokens"] and "perplexity" not in plain
+    assert bench.main([*argv, "--eval-tokens", str(EVAL)]) == 0
+    scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scored["perplexity"] == pytest.approx(bench.worker("hf", 3, 5, "cpu", str(checkpoint), EVAL)["perplexity"])
+    assert bench.main(["--worker", "cache", "--new-tokens", "3", "--prompt-tokens", "5", "--model", str(checkpoint)]) == 0
+    ours = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (ours["tokens"], ours["kv_cache"]) == (plain["tokens"], "float32"), (ours, plain)
+
+
+@pytest.mark.llama
+def test_the_worker_command_finds_llama_cpps_file_where_it_is_told(checkpoint, hf_tokens, tmp_path, monkeypatch, capsys):
+    from course.programs import llama as peer
+
+    monkeypatch.chdir(tmp_path)
+    peer.files(checkpoint, tmp_path, [])
+    assert bench.main(["--worker", "llama_f32", "--new-tokens", str(NEW), "--model", str(checkpoint), "--gguf-dir",
+                       str(tmp_path)]) == 0
+    same_tokens(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tokens"], hf_tokens, "llama_f32's command")
+
+
+@pytest.mark.parametrize("cuda, said", [(None, "is a CPU build"), ("12.4", "is built with CUDA, but finds no GPU")])
+def test_a_gpu_race_without_cuda_is_refused(cuda, said, monkeypatch):
+    """`--device gpu` with a PyTorch that has no GPU: which PyTorch, why, and what to do; `--device cpu` asks nothing"""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    assert bench._refuse_unfair_gpu("cpu") is None
+    with pytest.raises(SystemExit) as refused:
+        bench.main(["--device", "gpu", "--rounds", "1"])
+    assert str(refused.value) == (
+        f"bench --device gpu: this PyTorch ({torch.__version__}) {said}, so Hugging Face would run on the CPU against "
+        "ours on the GPU, which is no fair race; install a CUDA build of PyTorch, or compare on the CPU (--device cpu)")
+
+
+# --- the pictures ----------------------------------------------------------------------------------------------------
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def svg_parts(file) -> dict[str, list]:
+    """An SVG's elements by tag (line, polyline, circle, text), each as its attributes, a text's words as "text"; and
+    its viewBox's width and height."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(file).getroot()
+    parts = {"viewBox": [float(v) for v in root.get("viewBox").split()]}
+    stray = [text for text in (root.text, *(element.tail for element in root)) if text and text.strip()]
+    assert not stray, f"text outside the SVG's elements: {stray}"
+    for element in root:
+        parts.setdefault(element.tag.removeprefix(SVG), []).append(dict(element.attrib, text=element.text or ""))
+    return parts
+
+
+def is_colour(value: str) -> bool:
+    import re
+
+    return re.fullmatch(r"#[0-9a-f]{6}", value, re.IGNORECASE) is not None
+
+
+def by_height(circles: list[dict]) -> list[dict]:
+    """The points from the top of the picture down: the fastest first."""
+    return sorted(circles, key=lambda c: float(c["cy"]))
+
+
+def test_every_path_has_a_colour_of_its_own_and_the_roofline_groups_each_formats_paths():
+    """the plot tells every path apart; the roofline draws a format's paths (ours, llama.cpp's) in the colour of
+    their float32 path, since the formats lie apart along its axis of bytes"""
+    assert set(bench.COLOURS) == set(bench.ROOFLINE_COLOURS) == set(bench.PATHS), set(bench.PATHS) ^ set(bench.COLOURS)
+    assert all(map(is_colour, bench.COLOURS.values())) and len(set(bench.COLOURS.values())) == len(bench.COLOURS)
+    f32 = {"cache": "cache", "kernel": "kernel", "llama": "llama_f32"}
+    grouped = {path: bench.COLOURS[f32.get(path.split("_")[0], path)] for path in bench.PATHS}
+    assert bench.ROOFLINE_COLOURS == grouped, bench.ROOFLINE_COLOURS
+
+
+def test_the_plot_draws_each_paths_mean_speed_so_far(canned, checkpoint_dir, tmp_path, capsys, monkeypatch):
+    """`bench --plot FILE`: a line per path through its mean decode tok/s after each token (the medians over rounds
+    of each step's time), on axes from 0 that hold every line, each line named in its own colour"""
+    monkeypatch.setattr(llama, "version", lambda: None)
+    svg = tmp_path / "speed.svg"
+    assert bench.main(["--model", str(checkpoint_dir), "--quantize", "q4_0", "--plot", str(svg), "--json"]) == 0
+    paths = list(json.loads(capsys.readouterr().out))
+    parts = svg_parts(svg)
+    _, _, width, height = parts["viewBox"]
+    (x_axis, y_axis) = [{k: float(v) for k, v in line.items() if k[0] in "xy"} for line in parts["line"][:2]]
+    assert x_axis["y1"] == x_axis["y2"] == y_axis["y2"] and x_axis["x1"] == y_axis["x1"] == y_axis["x2"], parts["line"]
+    left, right, bottom, top = x_axis["x1"], x_axis["x2"], x_axis["y1"], y_axis["y1"]
+    assert 0 < left < right < width and 0 < top < bottom < height, (left, right, top, bottom)
+    lines = parts["polyline"]
+    assert len(lines) == len(paths), lines
+    expected = {}
+    for path in paths:  # the canned step times: 1000 / speed x (1 + k / 10) for step k, in every round
+        step_ms = [1000 / statistics.median(SPEEDS[path]) * (1 + k / 10) for k in range(7)]
+        expected[path] = [(i + 1, 1000 * i / sum(step_ms[:i])) for i in range(1, 8)]
+    x_max = max(x for points in expected.values() for x, _ in points)
+    y_top = max(y for points in expected.values() for _, y in points)
+    drawn = [[tuple(map(float, point.split(","))) for point in line["points"].split()] for line in lines]
+    highest = min(y for points in drawn for _, y in points)
+    scale = (bottom - highest) / y_top  # px a tok/s, from the highest point
+    assert top < highest < top + (bottom - top) / 4, f"the highest line is at {highest}, the axis from {top} to {bottom}"
+    for path, points, line in zip(paths, drawn, lines):
+        want = [(left + (right - left) * x / x_max, bottom - scale * y) for x, y in expected[path]]
+        assert [v for point in points for v in point] == pytest.approx([v for point in want for v in point], abs=0.06), (
+            path, points, want)
+    legend = [t for t in parts["text"] if t["text"].startswith("— ")]
+    assert [t["text"] for t in legend] == [f"— {bench.PATHS[path]}" for path in paths], legend
+    colours = [line["stroke"] for line in lines]
+    assert all(map(is_colour, colours)) and len(set(colours)) == len(colours), colours
+    assert [t["fill"] for t in legend] == colours, (legend, colours)
+    rows = [float(t["y"]) for t in legend]
+    assert all(b - a >= 12 for a, b in zip(rows, rows[1:])) and all(top <= y <= bottom for y in rows), rows
+    for t in legend:  # right of the axes, and inside the picture (at CHAR_WIDTH font sizes a character)
+        assert right < float(t["x"]) and float(t["x"]) + bench.CHAR_WIDTH * 12 * len(t["text"]) <= width, (t, right, width)
+    ticks = [t for t in parts["text"] if t["text"].replace(".", "").isdigit()]
+    y_ticks = [t for t in ticks if t.get("text-anchor") == "end"]
+    x_ticks = [t for t in ticks if t.get("text-anchor") == "middle"]
+    assert [float(t["text"]) for t in x_ticks] == [x_max * k / 4 for k in range(5)], x_ticks
+    assert [float(t["x"]) for t in x_ticks] == pytest.approx([left + (right - left) * k / 4 for k in range(5)], abs=0.5)
+    assert len(y_ticks) == 5 and float(y_ticks[0]["text"]) == 0 and float(y_ticks[0]["y"]) == pytest.approx(bottom + 4, abs=0.5)
+    for tick in y_ticks:  # each label at its value's height (labels are rounded to whole tok/s)
+        assert float(tick["y"]) - 4 == pytest.approx(bottom - scale * float(tick["text"]), abs=scale * 0.5 + 0.5), tick
+    assert float(y_ticks[-1]["y"]) - 4 == pytest.approx(top, abs=0.5), (y_ticks, top)  # the top label at the axis' top
+    assert all(bottom < float(t["y"]) < height for t in x_ticks), x_ticks  # under the axis
+    assert all(float(t["x"]) < left for t in y_ticks), y_ticks  # left of it
+    assert all(0 <= float(t.get("x", 0)) <= width and 0 <= float(t.get("y", 0)) <= height for t in parts["text"])
+    titles = {t["text"]: t for t in parts["text"] if t["text"][0].isalpha()}
+    assert set(titles) == {"tokens generated", "decode tok/s (mean so far)"}, titles
+    assert float(titles["tokens generated"]["x"]) == pytest.approx((left + right) / 2, abs=0.5), titles  # centred under
+    assert float(titles["tokens generated"]["y"]) > bottom + 16, titles  # and under the ticks
+    y_title = titles["decode tok/s (mean so far)"]
+    x, y = float(y_title["x"]), float(y_title["y"])  # turned about its own anchor, centred beside the axis
+    assert y_title["transform"] == f"rotate(-90 {y_title['x']} {y_title['y']})" and x < left - 16, y_title
+    assert y == pytest.approx((top + bottom) / 2, abs=0.5), (y_title, top, bottom)
+
+
+@pytest.fixture
+def gpt2_small_sizes(tmp_path):
+    """A folder that passes for GPT-2 small's checkpoint as far as bench's roofline reads it: its config.json (the
+    bytes a token), the files beside it empty (the canned workers read nothing)."""
+    import transformers
+
+    folder = fake_checkpoint(tmp_path / "gpt2-small")
+    (folder / "config.json").write_text(transformers.GPT2Config().to_json_string())
+    return folder
+
+
+BANDWIDTH = 40.0  # GB/s: every canned speed under its memory limit at GPT-2 small's sizes (f32's: 80 tok/s)
+
+
+def test_the_roofline_puts_each_path_at_its_bytes_and_speed_under_the_memory_limit(canned, gpt2_small_sizes, tmp_path,
+                                                                                     capsys, monkeypatch):
+    """`bench --roofline FILE`: the bandwidth measured before any path runs; a point per path at (MB of weights a
+    token, decode tok/s) on log-log axes, with ticks at 1, 2, 5, 10, … where they fall; the memory limit (bandwidth ÷
+    bytes) as a line across them, above every point, named above the axes; each point labelled beside it with its
+    label and speed; every word inside the picture"""
+    import math
+
+    from course.programs.generate import import_steps
+    from course.programs.quantize import FORMATS
+
+    checkpoint = gpt2_small_sizes
+    monkeypatch.setattr(llama, "version", lambda: "0.3.36")
+    monkeypatch.setenv("COLUMNS", "200")
+    step_16 = import_steps("solutions", bench.SOLUTIONS, [16])[16]
+    measured = []
+    monkeypatch.setattr(step_16, "measure_bandwidth", lambda: measured.append(len(canned)) or BANDWIDTH)
+    svg = tmp_path / "roofline.svg"
+    assert bench.main(["--model", str(checkpoint), "--quantize", "q4_0", "--roofline", str(svg), "--rounds", "1"]) == 0
+    assert measured == [0], f"the bandwidth was measured after {measured} runs, not before the first"
+    notes = " ".join(capsys.readouterr().err.split())
+    assert f"Roofline: {BANDWIDTH:.1f} GB/s measured by NumPy before the runs; wrote {svg}." in notes, notes
+    parts = svg_parts(svg)
+    _, _, width, height = parts["viewBox"]
+    config = solution(14).config_from_json(json.loads((checkpoint / "config.json").read_text()))
+    speeds = {path: statistics.median(SPEEDS[path][:1]) for path in SPEEDS}
+    mb = {path: step_16.bytes_per_token(config, (FORMATS["q4_0"][1] if path.endswith("q4_0") else 32) / 8) / 1e6
+          for path in SPEEDS}
+    circles = parts["circle"]
+    assert len(circles) == len(SPEEDS) and all(is_colour(c["fill"]) for c in circles), circles
+    colour = {path: c["fill"] for path, c in zip(sorted(SPEEDS, key=lambda p: -speeds[p]), by_height(circles))}
+    kinds = [colour[path] for path in ("hf", "no_cache", "cache", "decode", "kernel", "llama_f32")]
+    assert len(set(kinds)) == len(kinds), colour  # Hugging Face, each of ours and llama.cpp apart; a format as its f32
+    assert [colour[p] for p in ("cache_q4_0", "kernel_q4_0", "llama_q4_0")] == [colour[p] for p in ("cache", "kernel", "llama_f32")], colour
+    at = {(float(c["cx"]), float(c["cy"])) for c in circles}
+    labels = {t["text"].rsplit(": ", 1)[0]: t for t in parts["text"] if t["text"].endswith(" tok/s")}
+    assert set(labels) == {bench.PATHS[path] for path in SPEEDS}, labels
+    # the scales, from two points: px = a + b log(value)
+    x_of = {path: float(c["cx"]) for path, c in zip(sorted(SPEEDS, key=lambda p: -speeds[p]), by_height(circles))}
+    y_of = {path: float(c["cy"]) for path, c in zip(sorted(SPEEDS, key=lambda p: -speeds[p]), by_height(circles))}
+    bx = (x_of["llama_q4_0"] - x_of["hf"]) / math.log(mb["llama_q4_0"] / mb["hf"])
+    by = (y_of["llama_q4_0"] - y_of["hf"]) / math.log(speeds["llama_q4_0"] / speeds["hf"])
+    assert bx > 0 > by, (bx, by)
+    px = lambda value: x_of["hf"] + bx * math.log(value / mb["hf"])  # noqa: E731
+    py = lambda value: y_of["hf"] + by * math.log(value / speeds["hf"])  # noqa: E731
+    for path in SPEEDS:
+        assert (px(mb[path]), py(speeds[path])) == pytest.approx((x_of[path], y_of[path]), abs=0.3), path
+        label = labels[bench.PATHS[path]]
+        assert label["text"] == f"{bench.PATHS[path]}: {speeds[path]:.0f} tok/s", label
+        x0, x1 = float(label["x"]), float(label["x"]) + bench.CHAR_WIDTH * 10 * len(label["text"])  # font-size 10
+        assert x0 == pytest.approx(x_of[path] + 8, abs=0.1) or x1 == pytest.approx(x_of[path] - 8, abs=0.1), (path, label)
+        assert 0 <= x0 and x1 <= width and float(label["y"]) >= y_of[path] + 4 - 0.1, (path, label)
+    assert {(round(float(c["cx"]), 1), round(float(c["cy"]), 1)) for c in circles} == {(round(x, 1), round(y, 1)) for x, y in at}
+    (x_axis, y_axis, limit, *leaders) = [{k: float(v) for k, v in line.items() if k[0] in "xy"} for line in parts["line"]]
+    left, right, bottom, top = x_axis["x1"], x_axis["x2"], x_axis["y1"], y_axis["y1"]
+    assert (x_axis["y2"], y_axis["x1"], y_axis["x2"], y_axis["y2"]) == (bottom, left, left, bottom), parts["line"]
+    assert all(left < x < right and top < y < bottom for x, y in at), (at, left, right, top, bottom)
+    # the memory limit: tok/s = GB/s x 1000 / MB, from where it enters the axes to their right end
+    to_mb = lambda x: mb["hf"] * math.exp((x - x_of["hf"]) / bx)  # noqa: E731
+    to_speed = lambda y: speeds["hf"] * math.exp((y - y_of["hf"]) / by)  # noqa: E731
+    for x, y in ((limit["x1"], limit["y1"]), (limit["x2"], limit["y2"])):
+        assert y == pytest.approx(py(BANDWIDTH * 1e3 / to_mb(x)), abs=0.5) and top - 0.2 <= y <= bottom, (limit, top, bottom)
+    assert limit["x2"] == pytest.approx(right, abs=0.1) and (limit["x1"] == pytest.approx(left, abs=0.1)
+                                                             or limit["y1"] == pytest.approx(top, abs=0.2)), limit
+    assert all(py(BANDWIDTH * 1e3 / mb[path]) < y_of[path] for path in SPEEDS), "a point above the memory limit"
+    title = next(t for t in parts["text"] if t["text"].startswith("memory limit"))
+    assert title["text"] == (f"memory limit: {BANDWIDTH:.1f} GB/s ÷ bytes a token (NumPy, {llama.threads()} threads "
+                             "for every engine)"), title
+    assert float(title["y"]) < top and float(title["x"]) == right and title["text-anchor"] == "end", title  # above, right
+    joined = {}  # each label moved down to clear another is joined to its point: from the point to the label's near end
+    for path in SPEEDS:
+        label, cx, cy = labels[bench.PATHS[path]], round(x_of[path], 1), round(y_of[path], 1)
+        lx, ly = float(label["x"]), float(label["y"])
+        near = lx if lx > cx else lx + bench.CHAR_WIDTH * 10 * len(label["text"])
+        if ly > cy + 4 + 0.2:
+            joined[cx, cy] = (pytest.approx(near, abs=0.2), pytest.approx(ly - 4, abs=0.2))  # to its middle
+    assert joined, "no label was moved: the check would see no leader line"
+    assert {(leader["x1"], leader["y1"]): (leader["x2"], leader["y2"]) for leader in leaders} == joined, leaders
+    ticks = [t for t in parts["text"] if t["text"].isdigit()]
+    x_ticks = [t for t in ticks if t.get("text-anchor") == "middle"]
+    y_ticks = [t for t in ticks if t.get("text-anchor") == "end"]
+    decades = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]
+    assert [int(t["text"]) for t in x_ticks] == [v for v in decades if to_mb(left) <= v <= to_mb(right)], x_ticks
+    assert all(float(t["x"]) == pytest.approx(px(int(t["text"])), abs=0.6) for t in x_ticks), x_ticks
+    assert [int(t["text"]) for t in y_ticks] == [v for v in decades if to_speed(bottom) <= v <= to_speed(top)], y_ticks
+    assert x_ticks and all(float(t["x"]) == pytest.approx(px(int(t["text"])), abs=0.6) for t in x_ticks), x_ticks
+    assert y_ticks and all(float(t["y"]) - 4 == pytest.approx(py(int(t["text"])), abs=0.6) for t in y_ticks), y_ticks
+    assert all(top - 1 <= float(t["y"]) - 4 <= bottom + 1 for t in y_ticks), y_ticks
+    assert all(bottom < float(t["y"]) < height for t in x_ticks), x_ticks  # under the axis
+    assert all(float(t["x"]) < left for t in y_ticks), y_ticks  # left of it
+    titles = {t["text"]: t for t in parts["text"] if t["text"][0].isalpha() and not t["text"].endswith(" tok/s")
+              and not t["text"].startswith("memory limit")}
+    assert set(titles) == {"MB of weights read per token (log)", "decode tok/s (log)"}, titles
+    x_title, y_title = titles["MB of weights read per token (log)"], titles["decode tok/s (log)"]
+    assert float(x_title["x"]) == pytest.approx((left + right) / 2, abs=0.5) and float(x_title["y"]) > bottom + 16, x_title
+    assert y_title["transform"] == f"rotate(-90 {y_title['x']} {y_title['y']})" and float(y_title["x"]) < left - 16, y_title
+    assert float(y_title["y"]) == pytest.approx((top + bottom) / 2, abs=0.5), (y_title, top, bottom)
+    assert all(0 <= float(t["x"]) <= width and 0 <= float(t["y"]) <= height for t in parts["text"]), parts["text"]
+
+
+def test_a_point_above_the_memory_limit_stays_inside_the_roofline(tmp_path):
+    """a path faster than the bandwidth allows (a slow NumPy measure, a cache that held the weights): the axes still
+    hold its point, above the memory limit's line, which runs from the left edge to the right"""
+    import transformers
+
+    config = solution(14).config_from_json(transformers.GPT2Config().to_dict())
+    svg = tmp_path / "roofline.svg"
+    bench.roofline({"cache": {"decode_tok_s": 500.0}, "cache_q4_0": {"decode_tok_s": 100.0}}, svg, bench.PATHS, config,
+                   2.0, 2)
+    parts = svg_parts(svg)
+    (x_axis, y_axis, limit) = [{k: float(v) for k, v in line.items() if k[0] in "xy"} for line in parts["line"][:3]]
+    left, right, bottom, top = x_axis["x1"], x_axis["x2"], x_axis["y1"], y_axis["y1"]
+    assert all(left < float(c["cx"]) < right and top < float(c["cy"]) < bottom for c in parts["circle"]), parts["circle"]
+    assert (limit["x1"], limit["x2"]) == pytest.approx((left, right), abs=0.1) and top < limit["y1"] < bottom, limit
+    fast = by_height(parts["circle"])[0]  # the 500 tok/s point
+    assert float(fast["cy"]) < limit["y1"], (fast, limit)  # above the line, even at the line's highest
+
+
+# --- bench's command line and what it says while it runs ---------------------------------------------------------
+
+def test_help_names_the_command_and_each_option_with_its_default(capsys):
+    """`bench --help`: the command, what it does (the docstring's first line and what it runs), and every option with
+    its help, its choices and the default the docstring documents (64 new tokens after 12, 3 rounds, 12 layers)"""
+    import re
+
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--help"])
+    shown = capsys.readouterr().out
+    flat = " ".join(shown.split())
+    assert done.value.code == 0 and flat.startswith("usage: pixi run bench [-h] [--device {cpu,gpu}]"), shown
+    assert " ".join(bench.__doc__.splitlines()[0].split()) + " Runs solutions/; offline," in flat, flat
+    options = [" ".join(block.split()) for block in re.split(r"\n  (?=-)", shown)]
+    for option, default in (("--device {cpu,gpu}", "cpu"), ("--new-tokens NEW_TOKENS", "64"),
+                            ("--prompt-tokens PROMPT_TOKENS", "12"), ("--rounds ROUNDS", "3"), ("--layers LAYERS", "12"),
+                            ("--model MODEL", "None"), ("--quantize {q4_0,q4_k,q6_k} [{q4_0,q4_k,q6_k} ...]", "[]"),
+                            ("--json", "False"), ("--eval-tokens EVAL_TOKENS", "1024")):
+        block = next(b for b in options if b.startswith(option + " "))  # its help after it, to the next option
+        said = block.removeprefix(option + " ")
+        assert said.endswith(f"(default: {default})") and len(said) > len(f"(default: {default})") + 10, (option, said)
+    assert "--paths {" + ",".join(bench.PATHS) + "} [{" in flat and "--worker" not in flat and "--gguf-dir" not in flat
+    for option in ("--paths {", "--plot PLOT", "--roofline ROOFLINE"):  # no default to show: a help of their own
+        block = next(b for b in options if b.startswith(option))
+        said = block.split(" ...] ", 1)[1] if option == "--paths {" else block.removeprefix(option)
+        assert len(said) > 20, (option, said)
+
+
+@pytest.mark.parametrize("argv, wrong", [(["--device", "tpu"], "--device: invalid choice: 'tpu'"),
+                                         (["--quantize", "q8_0"], "--quantize: invalid choice: 'q8_0'"),
+                                         (["--paths", "cache", "fast"], "--paths: invalid choice: 'fast'"),
+                                         (["--layers", "two"], "--layers: invalid int value: 'two'")])
+def test_an_option_bench_cannot_take_is_refused_by_name(argv, wrong, capsys):
+    with pytest.raises(SystemExit) as refused:
+        bench.main(argv)
+    assert refused.value.code == 2 and wrong in capsys.readouterr().err
+
+
+def test_without_a_model_bench_times_gpt2_smalls_sizes_with_random_weights(canned, capsys, monkeypatch):
+    """`bench --layers 1`: GPT-2 small's sizes with one layer of random weights, written once as the checkpoint every
+    path reads (llama.cpp's too), and named in the table's title"""
+    monkeypatch.setattr(llama, "version", lambda: "0.3.36")
+    configs = []
+    real = bench._run_worker
+
+    def run(path, args, model, accuracy=False):
+        configs.append(json.loads((bench.Path(model) / "config.json").read_text()))
+        return real(path, args, model, accuracy)
+
+    monkeypatch.setattr(bench, "_run_worker", run)
+    assert bench.main(["--layers", "1", "--rounds", "1", "--paths", "cache", "llama_f32"]) == 0
+    assert [(c["n_layer"], c["n_embd"], c["vocab_size"]) for c in configs] == [(1, 768, 50257)] * 3, configs
+    assert [path for path, *_ in canned] == ["hf", "cache", "llama_f32"] and len(canned.written) == 1, canned
+    assert "GPT-2 (1 layers, random weights, cpu), 12-token prompt, 64 new tokens" in " ".join(capsys.readouterr().out.split())
+    assert {model for *_, model, _ in canned} != {None} and len({model for *_, model, _ in canned}) == 1, canned
+
+
+def test_a_terminal_sees_what_bench_is_doing(canned, checkpoint_dir, monkeypatch):
+    """on a terminal, a spinner line says what runs now: each path's round, in its own process, and that a first MAX
+    run compiles for minutes; then a line as each run ends, with its speed and seconds"""
+    import io
+    import re
+
+    from rich.console import Console
+
+    monkeypatch.setattr(llama, "version", lambda: None)
+    screen = io.StringIO()
+    monkeypatch.setattr(bench, "err", Console(file=screen, force_terminal=True, width=300, highlight=False))
+    assert bench.main(["--model", str(checkpoint_dir), "--rounds", "2", "--paths", "cache"]) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    for round_ in (1, 2):
+        for path in ("hf", "cache"):
+            assert (f"round {round_}/2: {bench.PATHS[path]} (its own process; a first MAX run compiles for minutes) …"
+                    in text), text
+            ended = re.search(rf"round {round_}/2: {re.escape(bench.PATHS[path])}: ([\d.]+) tok/s \((\d+) s\)", text)
+            assert ended and float(ended[1]) == SPEEDS[path][round_ - 1] and int(ended[2]) < 60, text
+    monkeypatch.setattr(llama, "version", lambda: "0.3.36")
+    assert bench.main(["--layers", "1", "--rounds", "1", "--paths", "cache"]) == 0  # random weights, and llama.cpp's file
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    assert "Writing GPT-2 small's sizes (1 layers) with random weights as a checkpoint …" in text, text
+    assert "Writing the checkpoint as GGUF for llama.cpp (f32, then its own quantizer) …" in text, text
+
+
+def test_a_label_that_would_half_cover_another_point_moves_down(tmp_path):
+    """the roofline's labels clear every point, even one a label would cover only in part: q4_0's label (to the right
+    of its point) ending in the left half of float32's point, and float32's (to the left of its own) beginning in
+    the right half of q4_0's (labels of made-up lengths, both paths at one speed, each placed first in turn)"""
+    import transformers
+
+    config = solution(14).config_from_json(transformers.GPT2Config().to_dict())
+    svg = tmp_path / "roofline.svg"
+    char = bench.CHAR_WIDTH * 10
+    tail = len(": 60 tok/s")
+    for first, second in (("cache_q4_0", "cache"), ("cache", "cache_q4_0")):
+        results = {first: {"decode_tok_s": 60.0}, second: {"decode_tok_s": 60.0}}
+        bench.roofline(results, svg, bench.PATHS, config, 100.0, 2)
+        q4, f32 = sorted(float(c["cx"]) for c in svg_parts(svg)["circle"])
+        assert q4 < svg_parts(svg)["viewBox"][2] / 2 < f32, (q4, f32)  # q4_0's label to its right, float32's to its left
+        length = round((f32 - 8 - q4 - 2) / char)  # from 8 px beside one point to 2 px short of the other's centre
+        bench.roofline(results, svg, dict(bench.PATHS, **{first: "x" * (length - tail)}), config, 100.0, 2)
+        parts = svg_parts(svg)
+        label = next(t for t in parts["text"] if t["text"].startswith("x"))
+        box = (float(label["x"]), float(label["x"]) + char * len(label["text"]), float(label["y"]) - 10, float(label["y"]) + 3)
+        end = box[1] if first == "cache_q4_0" else box[0]
+        assert end == pytest.approx(f32 - 2 if first == "cache_q4_0" else q4 + 2, abs=char), (box, q4, f32)
+        points = [(float(c["cx"]), float(c["cy"])) for c in parts["circle"]]
+        covered = [p for p in points if box[0] - 4 < p[0] < box[1] + 4 and box[2] - 4 < p[1] < box[3] + 4]
+        assert not covered, f"{first}'s label {box} covers the point at {covered}"

@@ -382,6 +382,23 @@ def test_diagrams_are_current_and_shown():
     assert sorted(p.name for p in diagrams.DIAGRAMS.glob("*.svg")) == sorted(drawn), "an SVG no script draws"
 
 
+def test_the_diagrams_command_writes_them_and_its_check_names_the_stale_ones(tmp_path, monkeypatch, capsys):
+    """`python -m course.authoring.diagrams` writes every diagram (its folder too); `--check` writes nothing,
+    exits 1 and names each file that is missing or differs"""
+    folder = tmp_path / "new" / "diagrams"
+    monkeypatch.setattr(diagrams, "DIAGRAMS", folder)
+    assert diagrams.main(["--check"]) == 1 and not folder.exists()
+    assert capsys.readouterr().err == (f"stale diagrams: {', '.join(diagrams.FILES)}; "
+                                       "run `python -m course.authoring.diagrams`\n")
+    assert diagrams.main([]) == 0
+    assert {p.name: p.read_text() for p in folder.iterdir()} == diagrams.rendered()
+    assert diagrams.main(["--check"]) == 0 and capsys.readouterr().err == ""
+    (folder / "heads.svg").write_text("<svg/>\n")
+    monkeypatch.setattr("sys.argv", ["diagrams", "--check"])
+    assert diagrams.main() == 1 and (folder / "heads.svg").read_text() == "<svg/>\n"
+    assert capsys.readouterr().err == "stale diagrams: heads.svg; run `python -m course.authoring.diagrams`\n"
+
+
 # --- A real browser: headless Chromium on the built site, light and dark. ---
 
 BROWSER_PAGES = ["step_02_causal_mask.html", "step_07_attention.html"]

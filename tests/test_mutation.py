@@ -38,7 +38,10 @@ FUNCTION = '''def vet(path, values):
 
 HELP = '''def parse(parser, argv):
     parser.add_argument("--n", type=int, default=1, help="how many, at most")
-    args = parser.parse_args(argv)
+    with console.status(f"parsing {len(argv)} arguments …"):
+        args = parser.parse_args(argv)
+    err.print("[dim]parsed[/]")
+    print("parsed")
     if args.n < 0:
         raise Stop("must be 0 or more" + f", got {args.n}")
     return args
@@ -57,10 +60,16 @@ HELP = '''def parse(parser, argv):
     (HELP.replace('"must be 0 or more"', '"MUST BE 0 OR MORE"'), True),
     (HELP.replace('"--n"', '"--N"'), False),
     (HELP.replace("default=1,", "default=2,"), False),
+    (HELP.replace('f"parsing {', 'f"XXparsing {'), True),
+    (HELP.replace("{len(argv)}", "{len(None)}"), False),
+    (HELP.replace("console.status", "console.print"), False),
+    (HELP.replace('err.print("[dim]parsed[/]")', 'err.print("[dim]PARSED[/]")'), True),
+    (HELP.replace('err.print("[dim]parsed[/]")', 'err.print(None)'), False),
+    (HELP.replace('print("parsed")', 'print("XXparsedXX")'), False),  # a program's output, not a note
 ])
 def test_only_a_messages_words_are_set_aside(mutated, rewords):
     """a mutant is set aside as rewording only when it changes nothing but the text of an exception's
-    message (the program's Stop too) or of a help text: not a comparison, a key, a flag's name, a default, a
+    message (the program's Stop too), of a help text or of a spinner's line: not a comparison, a key, a flag's name, a default, a
     string the code uses, or the message's parts"""
     original = HELP if "parse(" in mutated else FUNCTION
     assert mutated != original

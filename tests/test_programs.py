@@ -729,7 +729,7 @@ def test_roofline_labels_cover_no_point(tmp_path):
     (the q4 formats of both engines within a few MB and tok/s of each other, q6_k beside them)"""
     import re
 
-    from course.programs.bench import PATHS, roofline
+    from course.programs.bench import CHAR_WIDTH, PATHS, roofline
 
     speeds = {"hf": 26.3, "no_cache": 15.1, "cache": 36.7, "decode": 46.0, "cache_q4_0": 189.8, "cache_q4_k": 175.2,
               "cache_q6_k": 116.2, "llama_f32": 58.3, "llama_q4_0": 231.5, "llama_q4_k": 236.9, "llama_q6_k": 171.8}
@@ -740,7 +740,7 @@ def test_roofline_labels_cover_no_point(tmp_path):
     points = [(float(x), float(y)) for x, y in re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)"', text)]
     labels_at = [(float(x), float(y), len(t)) for x, y, t in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" font-size="10">([^<]+)<', text)]
     assert len(points) == len(labels_at) == len(speeds), text
-    boxes = [(x, x + 5.2 * n, y - 10, y + 3) for x, y, n in labels_at]
+    boxes = [(x, x + CHAR_WIDTH * 10 * n, y - 10, y + 3) for x, y, n in labels_at]  # font-size 10
     covered = [(box, point) for box in boxes for point in points
                if box[0] - 4 < point[0] < box[1] + 4 and box[2] - 4 < point[1] < box[3] + 4]
     assert not covered, f"labels over points: {covered}"

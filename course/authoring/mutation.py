@@ -123,6 +123,13 @@ TARGETS: dict[str, tuple[str, ...]] = {
             "kernels_without_a_mojo_compiler_say_so", "a_child_process_gets_the_environment_python_holds",
             "weights_on_huge_pages_keep_their_values_in_one_advised_mapping", "kernels_compile_after_max_nn_is_imported")),
         "tests/test_step_05_token_embeddings.py", "tests/test_step_16_memory_limit.py::test_mojo_fused_ops_equal_numpy"),
+    # bench's report and pictures in the tests' process (its paths' own processes, mutmut cannot see)
+    "course/programs/bench.py": ("tests/test_bench.py", "tests/test_programs.py::test_roofline_labels_cover_no_point",
+                                 "tests/test_programs.py::test_bench_says_which_signal_killed_a_path"),
+    # the learner's stubs from the solutions: small solutions written by the checks, and the course's own
+    "course/authoring/render.py": ("tests/test_render.py", *(f"tests/test_course.py::test_{name}" for name in (
+        "steps_are_rendered_from_solutions", "a_learners_edits_are_edits_and_a_stale_stub_is_a_failure",
+        "render_keeps_a_learners_edits"))),
     "solutions/step_01_config.py": ("tests/test_step_01_config.py",),
     "solutions/step_02_causal_mask.py": ("tests/test_step_02_causal_mask.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
@@ -596,6 +603,172 @@ _LLAMA = {
         'merges = [line for line in (folder / "merges.txt").read_text(encoding="utf-8").splitlines()')},
 }
 
+_BE = "course/programs/bench.py"
+_SOLUTIONS_ANY = ("import_steps reads SOLUTIONS, the folder bench passes, for any target but \"steps\" (whose learner's "
+                  "files it would first vet): the same modules")
+_LAYOUT = ("the picture's layout a step larger (its size, a margin, a gap, a label's offset, a pixel): every point, "
+           "tick and label still where the checks ask, inside the picture, off the lines and points, by its value")
+_THOUSANDTH = "a value a thousandth or a millionth off: below what the picture shows (its labels are whole tok/s and MB)"
+_TICKS = ("another tick value (3 for 2, 2001 for 2000, 2 twice) is still labelled at its own place on the log axis; "
+          "a tick at 1 falls below GPT-2's megabytes and tok/s")
+_AT_THE_END = ("a value exactly at a boundary (a tick at an axis' end, a point at the picture's middle, two boxes that "
+               "only touch): no run's values land there, and either way the picture holds it")
+_LINE_AT_LEFT = ("the axis' top is at least 1.5 x the memory limit at its left end (y_hi), so bandwidth x 1000 / y_hi is "
+                 "below x_lo / 1.5: the line starts at x_lo whatever the second term")
+_WHO_MOVES = ("the order the labels are placed in decides which of two colliding labels moves down: in any order none "
+              "covers another or a point, and each moved one has its leader line")
+_LEADER = "a label left in place lies 4 px below its point, a moved one 16 px or more: any threshold between draws the same leaders"
+_UNREAD = "bench reads the bandwidth only with --roofline, which sets it first"
+_GPU_ONLY = ("reached only with --device gpu and a CUDA build of PyTorch, which bench refuses to run without; neither this "
+             "machine nor CI has one (the lent GPU machine cannot install MAX 26.7)")
+_SCRATCH = ("a name inside bench's scratch folder (the folder's, the random checkpoint's): bench deletes the folder when "
+            "it ends, and every path is handed the name it made")
+_HIDDEN = ("the hidden --worker option is given only by bench's own _run_worker, with a path it took from PATHS: no "
+           "other value reaches it")
+_LAST_DIM = "the logits of one window are [positions, vocabulary]: dimension 1 is dimension -1"
+_BENCH = {
+    (_BE, 'x__hf_perplexity', 'nll += (-torch.log_softmax(logits, -1)[torch.arange(len(window) - 1), window[1:]]).tolist()',
+     'nll += (-torch.log_softmax(logits, +1)[torch.arange(len(window) - 1), window[1:]]).tolist()'): _LAST_DIM,
+    (_BE, 'x_main', 'model = str(random_checkpoint(Path(scratch) / "random-gpt2", n_layer=args.layers))',
+     'model = str(random_checkpoint(Path(scratch) / "XXrandom-gpt2XX", n_layer=args.layers))'): _SCRATCH,
+    (_BE, 'x_main', 'model = str(random_checkpoint(Path(scratch) / "random-gpt2", n_layer=args.layers))',
+     'model = str(random_checkpoint(Path(scratch) / "RANDOM-GPT2", n_layer=args.layers))'): _SCRATCH,
+
+    (_BE, 'x_main', 'p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)',
+     'p.add_argument("--worker", choices=None, help=argparse.SUPPRESS)'): _HIDDEN,
+    (_BE, 'x_main', 'p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)',
+     'p.add_argument("--worker", help=argparse.SUPPRESS)'): _HIDDEN,
+
+    (_BE, 'x_main', 'bandwidth = None',
+     'bandwidth = ""'): _UNREAD,
+    (_BE, 'x_main', 'paths = ["hf", "no_cache", "cache", "decode", *(["kernel"] if args.device == "cpu" else []),',
+     'paths = ["hf", "no_cache", "cache", "decode", *(["kernel"] if (args.device == "cpu") or True else []),'): _GPU_ONLY,
+    (_BE, 'x_main', 'with tempfile.TemporaryDirectory(prefix="bench-") as scratch:',
+     'with tempfile.TemporaryDirectory(prefix=None) as scratch:'): _SCRATCH,
+    (_BE, 'x_main', 'with tempfile.TemporaryDirectory(prefix="bench-") as scratch:',
+     'with tempfile.TemporaryDirectory(prefix="XXbench-XX") as scratch:'): _SCRATCH,
+    (_BE, 'x_main', 'with tempfile.TemporaryDirectory(prefix="bench-") as scratch:',
+     'with tempfile.TemporaryDirectory(prefix="BENCH-") as scratch:'): _SCRATCH,
+
+    (_BE, 'x_roofline', 'out.append(f\'<text x="{sx(value):.0f}" y="{height - pad + 16}" text-anchor="middle">{value}</text>\')',
+     'out.append(f\'<text x="{sx(value):.0f}" y="{height - pad + 17}" text-anchor="middle">{value}</text>\')'): _LAYOUT,
+    (_BE, 'x_roofline', 'out.append(f\'<text x="{pad - 6}" y="{sy(value) + 4:.0f}" text-anchor="end">{value}</text>\')',
+     'out.append(f\'<text x="{pad - 7}" y="{sy(value) + 4:.0f}" text-anchor="end">{value}</text>\')'): _LAYOUT,
+    (_BE, 'x_roofline', 'out.append(f\'<text x="{width - pad}" y="{pad - 8}" text-anchor="end" fill="#d93025">memory limit: \'',
+     'out.append(f\'<text x="{width - pad}" y="{pad - 9}" text-anchor="end" fill="#d93025">memory limit: \''): _LAYOUT,
+    (_BE, 'x_roofline', 'boxes = [(sx(x) - 5, sx(x) + 5, sy(y) - 5, sy(y) + 5) for x, y in points.values()]',
+     'boxes = [(sx(x) - 6, sx(x) + 5, sy(y) - 5, sy(y) + 5) for x, y in points.values()]'): _LAYOUT,
+    (_BE, 'x_roofline', 'boxes = [(sx(x) - 5, sx(x) + 5, sy(y) - 5, sy(y) + 5) for x, y in points.values()]',
+     'boxes = [(sx(x) - 5, sx(x) + 6, sy(y) - 5, sy(y) + 5) for x, y in points.values()]'): _LAYOUT,
+    (_BE, 'x_roofline', 'boxes = [(sx(x) - 5, sx(x) + 5, sy(y) - 5, sy(y) + 5) for x, y in points.values()]',
+     'boxes = [(sx(x) - 5, sx(x) + 5, sy(y) - 6, sy(y) + 5) for x, y in points.values()]'): _LAYOUT,
+    (_BE, 'x_roofline', 'boxes = [(sx(x) - 5, sx(x) + 5, sy(y) - 5, sy(y) + 5) for x, y in points.values()]',
+     'boxes = [(sx(x) - 5, sx(x) + 5, sy(y) - 5, sy(y) + 6) for x, y in points.values()]'): _LAYOUT,
+    (_BE, 'x_roofline', 'right = cx < width / 2',
+     'right = cx < width / 3'): _LAYOUT,
+    (_BE, 'x_roofline', 'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
+     'while any(x0 < b1 and b0 < x1 and label_y - 11 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):'): _LAYOUT,
+    (_BE, 'x_roofline', 'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
+     'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 4 for b0, b1, c0, c1 in boxes):'): _LAYOUT,
+    (_BE, 'x_roofline', 'label_y += 12',
+     'label_y += 13'): _LAYOUT,
+    (_BE, 'x_roofline', 'boxes.append((x0, x1, label_y - 10, label_y + 3))',
+     'boxes.append((x0, x1, label_y - 11, label_y + 3))'): _LAYOUT,
+    (_BE, 'x_roofline', 'boxes.append((x0, x1, label_y - 10, label_y + 3))',
+     'boxes.append((x0, x1, label_y - 10, label_y + 4))'): _LAYOUT,
+    (_BE, 'x_roofline', 'if y_lo <= value <= y_hi:',
+     'if y_lo <= value < y_hi:'): _AT_THE_END,
+    (_BE, 'x_roofline', 'right = cx < width / 2',
+     'right = cx <= width / 2'): _AT_THE_END,
+    (_BE, 'x_roofline', 'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
+     'while any(x0 <= b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):'): _AT_THE_END,
+    (_BE, 'x_roofline', 'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
+     'while any(x0 < b1 and b0 <= x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):'): _AT_THE_END,
+    (_BE, 'x_roofline', 'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
+     'while any(x0 < b1 and b0 < x1 and label_y - 10 <= c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):'): _AT_THE_END,
+    (_BE, 'x_roofline', 'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
+     'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 <= label_y + 3 for b0, b1, c0, c1 in boxes):'): _AT_THE_END,
+    (_BE, 'x_roofline', 'out.append(f\'<line x1="{sx(x_start):.1f}" y1="{sy(bandwidth * 1e3 / x_start):.1f}" x2="{sx(x_hi):.1f}" \'',
+     'out.append(f\'<line x1="{sx(x_start):.1f}" y1="{sy(bandwidth * 1001.0 / x_start):.1f}" x2="{sx(x_hi):.1f}" \''): _THOUSANDTH,
+    (_BE, 'x_roofline', 'f\'y2="{sy(bandwidth * 1e3 / x_hi):.1f}" stroke="#d93025" stroke-dasharray="5 4" stroke-width="1.5"/>\')',
+     'f\'y2="{sy(bandwidth * 1001.0 / x_hi):.1f}" stroke="#d93025" stroke-dasharray="5 4" stroke-width="1.5"/>\')'): _THOUSANDTH,
+    (_BE, 'x_roofline', 'x_start = max(x_lo, bandwidth * 1e3 / y_hi)',
+     'x_start = max(x_lo, bandwidth / 1e3 / y_hi)'): _LINE_AT_LEFT,
+    (_BE, 'x_roofline', 'x_start = max(x_lo, bandwidth * 1e3 / y_hi)',
+     'x_start = max(x_lo, bandwidth * 1001.0 / y_hi)'): _LINE_AT_LEFT,
+    (_BE, 'x_roofline', 'for path, (x, y) in sorted(points.items(), key=lambda item: -item[1][1]):',
+     'for path, (x, y) in sorted(points.items(), key=None):'): _WHO_MOVES,
+    (_BE, 'x_roofline', 'for path, (x, y) in sorted(points.items(), key=lambda item: -item[1][1]):',
+     'for path, (x, y) in sorted(points.items(), ):'): _WHO_MOVES,
+    (_BE, 'x_roofline', 'for path, (x, y) in sorted(points.items(), key=lambda item: -item[1][1]):',
+     'for path, (x, y) in sorted(points.items(), key=lambda item: +item[1][1]):'): _WHO_MOVES,
+    (_BE, 'x_roofline', 'if label_y - cy > 8:  # moved down to clear another label: a leader line to its point',
+     'if label_y - cy >= 8:  # moved down to clear another label: a leader line to its point'): _LEADER,
+    (_BE, 'x_roofline', 'if label_y - cy > 8:  # moved down to clear another label: a leader line to its point',
+     'if label_y - cy > 9:  # moved down to clear another label: a leader line to its point'): _LEADER,
+
+    (_BE, 'x_roofline', 'points = {path: (bytes_read(path, config) / 1e6, r["decode_tok_s"]) for path, r in results.items()}',
+     'points = {path: (bytes_read(path, config) / 1000001.0, r["decode_tok_s"]) for path, r in results.items()}'): _THOUSANDTH,
+    (_BE, 'x_roofline', 'width, height, pad = 680, 460, 60',
+     'width, height, pad = 681, 460, 60'): _LAYOUT,
+    (_BE, 'x_roofline', 'width, height, pad = 680, 460, 60',
+     'width, height, pad = 680, 460, 61'): _LAYOUT,
+    (_BE, 'x_roofline', 'x_lo, x_hi = min(x for x, _ in points.values()) / 2, max(x for x, _ in points.values()) * 2',
+     'x_lo, x_hi = min(x for x, _ in points.values()) / 2, max(x for x, _ in points.values()) * 3'): _LAYOUT,
+    (_BE, 'x_roofline', 'y_lo = min(y for _, y in points.values()) / 2',
+     'y_lo = min(y for _, y in points.values()) / 3'): _LAYOUT,
+    (_BE, 'x_roofline', 'y_hi = max(max(y for _, y in points.values()), bandwidth * 1e3 / x_lo) * 1.5',
+     'y_hi = max(max(y for _, y in points.values()), bandwidth * 1e3 / x_lo) * 2.5'): _LAYOUT,
+    (_BE, 'x_roofline', 'f\'<text x="{width / 2}" y="{height - 14}" text-anchor="middle">MB of weights read per token (log)</text>\',',
+     'f\'<text x="{width / 2}" y="{height - 15}" text-anchor="middle">MB of weights read per token (log)</text>\','): _LAYOUT,
+    (_BE, 'x_roofline', 'for value in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000):',
+     'for value in (2, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000):'): _TICKS,
+    (_BE, 'x_roofline', 'for value in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000):',
+     'for value in (1, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000):'): _TICKS,
+    (_BE, 'x_roofline', 'for value in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000):',
+     'for value in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2001):'): _TICKS,
+    (_BE, 'x_roofline', 'if x_lo <= value <= x_hi:',
+     'if x_lo < value <= x_hi:'): _AT_THE_END,
+    (_BE, 'x_roofline', 'if x_lo <= value <= x_hi:',
+     'if x_lo <= value < x_hi:'): _AT_THE_END,
+
+    (_BE, 'x_plot', 'points.append((i + 1, 1000 * i / total))',
+     'points.append((i + 1, 1001 * i / total))'): _THOUSANDTH,
+    (_BE, 'x_plot', 'plot_width, height, pad = 540, 360, 50',
+     'plot_width, height, pad = 541, 360, 50'): _LAYOUT,
+    (_BE, 'x_plot', "legend = pad + plot_width + 20  # the legend's column, right of the axes: it covers no line",
+     "legend = pad + plot_width + 21  # the legend's column, right of the axes: it covers no line"): _LAYOUT,
+    (_BE, 'x_plot', 'width = legend + round(CHAR_WIDTH * 12 * max(len(f"— {labels[path]}") for path in curves)) + 10',
+     'width = legend + round(CHAR_WIDTH * 13 * max(len(f"— {labels[path]}") for path in curves)) + 10'): _LAYOUT,
+    (_BE, 'x_plot', 'width = legend + round(CHAR_WIDTH * 12 * max(len(f"— {labels[path]}") for path in curves)) + 10',
+     'width = legend + round(CHAR_WIDTH * 12 * max(len(f"— {labels[path]}") for path in curves)) + 11'): _LAYOUT,
+    (_BE, 'x_plot', 'f\'<text x="{pad + plot_width / 2}" y="{height - 12}" text-anchor="middle">tokens generated</text>\',',
+     'f\'<text x="{pad + plot_width / 2}" y="{height - 13}" text-anchor="middle">tokens generated</text>\','): _LAYOUT,
+    (_BE, 'x_plot', 'out.append(f\'<text x="{pad - 6}" y="{sy(y) + 4:.0f}" text-anchor="end">{y:.0f}</text>\')',
+     'out.append(f\'<text x="{pad - 7}" y="{sy(y) + 4:.0f}" text-anchor="end">{y:.0f}</text>\')'): _LAYOUT,
+    (_BE, 'x_plot', 'out.append(f\'<text x="{sx(x):.0f}" y="{height - pad + 16}" text-anchor="middle">{x:.0f}</text>\')',
+     'out.append(f\'<text x="{sx(x):.0f}" y="{height - pad + 17}" text-anchor="middle">{x:.0f}</text>\')'): _LAYOUT,
+    (_BE, 'x_plot', 'out.append(f\'<text x="{legend}" y="{pad + 16 * i}" fill="{COLOURS[path]}">— {labels[path]}</text>\')',
+     'out.append(f\'<text x="{legend}" y="{pad + 17 * i}" fill="{COLOURS[path]}">— {labels[path]}</text>\')'): _LAYOUT,
+
+    **{(_BE, function, line, line.replace('"solutions"', after, 1)): _SOLUTIONS_ANY for function, line in (
+        ("x__windows", 'tokenizer = import_steps("solutions", SOLUTIONS, [12])[12].Tokenizer.from_dir(folder)'),
+        ("x__time_ours", 'steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16] + ([17, 22, 23, 24] if '
+                         'family == "llama" else []))'),
+        ("x_bytes_read", 'return import_steps("solutions", SOLUTIONS, [16])[16].bytes_per_token(config, bits / 8)'),
+        ("x_main", 'bandwidth = import_steps("solutions", SOLUTIONS, [16])[16].measure_bandwidth()'),
+        ("x_import_steps_config", 'return import_steps("solutions", SOLUTIONS, [14])[14].config_from_json(find(model).config)'))
+       for after in ("None", '"XXsolutionsXX"', '"SOLUTIONS"')},
+}
+
+_RENDER = {
+    ("course/authoring/render.py", "x_unfinished_todos", "todo = None", 'todo = ""'):
+        "a stub block with no TODO above it is then recorded under \"\", a key no TODO's number (an int) looks up",
+    ("course/authoring/render.py", "x_render_all", '(out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\\n")',
+     '(out_dir / MANIFEST).write_text(json.dumps(manifest, indent=3, sort_keys=True) + "\\n")'):
+        "the manifest indented by three spaces, not two: still a line a stub, sorted",
+}
+
 _PYTEST_PLUGIN = {
     ("course/check/pytest_plugin.py", "x_pytest_configure", 'config.option.reportchars += "s"',
      'config.option.reportchars += "S"'): "pytest reads -rS as -rs (an old alias it lowercases)",
@@ -664,6 +837,8 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_BUILD,
     **_LLAMA,
     **_PYTEST_PLUGIN,
+    **_BENCH,
+    **_RENDER,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
@@ -735,7 +910,9 @@ MESSAGE_CALLS = ("Stop",)
 
 def _message_strings(tree: ast.AST) -> set[int]:
     """ids of the str constants that are the text of an exception's message (``raise X("...")``,
-    ``SomeError(f"...")``, ``Stop(...)``) or of a help text (``add_argument(..., help="...")``): an
+    ``SomeError(f"...")``, ``Stop(...)``), of a help text (``add_argument(..., help="...")``), of a spinner's
+    line (rich's ``console.status("...")``, drawn on a terminal only and gone when the work ends) or of a program's
+    note on stderr (``err.print("...")``): an
     argument itself, a literal part of an f-string argument, or a term of a ``+`` of them. A string the
     message's code uses (``.split(":")``) is not one."""
     found: set[int] = set()
@@ -755,6 +932,10 @@ def _message_strings(tree: ast.AST) -> set[int]:
         name = node.func.id if isinstance(node.func, ast.Name) else ""
         if name.endswith(("Error", "Exception")) or name in MESSAGE_CALLS:
             for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
+                text(argument)
+        if isinstance(node.func, ast.Attribute) and (node.func.attr == "status" or (  # rich's spinner, on a terminal
+                node.func.attr == "print" and isinstance(node.func.value, ast.Name) and node.func.value.id == "err")):
+            for argument in node.args:  # and a program's notes on stderr (err.print)
                 text(argument)
         for keyword in node.keywords:
             if keyword.arg in ("help", "description"):  # argparse's help texts

@@ -88,6 +88,16 @@ PATHS |= {f"llama_{name}": f"llama.cpp, {name}" for name in ("f32", *QUANTIZE)}
 #: Ours against llama.cpp on the same weights in the same format (the "× llama.cpp" column).
 PEERS = {"cache": "llama_f32", "decode": "llama_f32", "kernel": "llama_f32"} | {f"cache_{name}": f"llama_{name}" for name in QUANTIZE}
 PEERS |= {f"kernel_{name}": f"llama_{name}" for name in QUANTIZE}
+#: Each path's colour in the plot; the roofline draws a format's paths in their float32 path's (the formats lie apart
+#: along its axis of bytes).
+COLOURS = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40",
+           "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025", "kernel_q4_0": "#0d652d",
+           "kernel_q4_k": "#681da8", "kernel_q6_k": "#a50e0e", "llama_f32": "#5f6368", "llama_q4_0": "#81c995",
+           "llama_q4_k": "#c58af9", "llama_q6_k": "#f28b82"}
+ROOFLINE_COLOURS = COLOURS | {f"{kind}_{name}": COLOURS[f32] for kind, f32 in (("cache", "cache"), ("kernel", "kernel"),
+                                                                              ("llama", "llama_f32")) for name in QUANTIZE}
+#: A sans-serif character's width, in font sizes (an estimate, for laying labels out where they fit).
+CHAR_WIDTH = 0.52
 #: The paths of Part II's Llama, and their labels.
 LLAMA_PATHS = {"hf": PATHS["hf"], "no_cache": "ours, no cache (steps 13, 22)", "cache": "ours, KV cache (step 24)"}
 err = Console(stderr=True, highlight=False)
@@ -112,7 +122,7 @@ def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: s
         cache = llama_cache(name)
         times, tokens = llama.time_generation(Path(gguf_dir) / f"model-{name}.gguf", prompt, new_tokens,
                                               config["n_positions"], cache)
-        result = {"compile_s": 0.0, "kv_cache": cache}
+        result = {"kv_cache": cache}
     elif path == "hf":
         import torch
         import transformers
@@ -120,7 +130,7 @@ def worker(path: str, new_tokens: int, prompt_tokens: int, device: str, model: s
         reference = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
         prompt = _prompt(prompt_tokens, reference.config.vocab_size)
         times, tokens = _time_hf(reference, prompt, new_tokens, device)
-        result = {"compile_s": 0.0, "kv_cache": "float32"}
+        result = {"kv_cache": "float32"}
         if eval_tokens:
             context = getattr(reference.config, "n_positions", None) or reference.config.max_position_embeddings
             result["perplexity"] = _hf_perplexity(reference, _windows(model, context, eval_tokens))
@@ -206,7 +216,6 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
     gen = steps[13]
     quantize = path.split("_", 1)[1] if path.startswith(("cache_", "kernel_")) else None
     device = pick_device(device)
-    started = time.perf_counter()
     pretrained = load(steps, model, family)
     config = pretrained.config
     prompt = _prompt(prompt_tokens, config.vocab_size)
@@ -216,8 +225,7 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
         check(quantize, config, device)
     next_logits = compile_model(steps, pretrained, device, path != "no_cache", quantize,
                                 decode=path in ("decode", "kernel") or quantize is not None, kernel=path.startswith("kernel"))
-    result = {"compile_s": time.perf_counter() - started,  # the cache's type as the runner allocated it
-              "kv_cache": "none" if path == "no_cache" else getattr(next_logits, "cache_dtype", DType.float32).name}
+    result = {"kv_cache": "none" if path == "no_cache" else getattr(next_logits, "cache_dtype", DType.float32).name}  # as the runner allocated it
     kwargs = dict(n_positions=context(config), temperature=0.0)
     list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up
     start = time.perf_counter()
@@ -288,15 +296,12 @@ def _median(runs: list[dict]) -> dict:
     steps = [statistics.median(values) for values in zip(*(r["step_ms"] for r in runs))]
     out = {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs),
            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs),
-           "compile_s": statistics.median(r["compile_s"] for r in runs), "step_ms": steps, "tokens": runs[0]["tokens"]}
+           "step_ms": steps, "tokens": runs[0]["tokens"]}
     return out | {key: runs[0][key] for key in ("accuracy", "perplexity", "kv_cache") if key in runs[0]}
 
 
 def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
     """Decode tok/s over the tokens generated so far, one line per path, as a plain SVG."""
-    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40", "cache_q4_0": "#188038", "cache_q4_k": "#9334e6", "cache_q6_k": "#d93025"}
-    colors |= {"kernel_q4_0": "#0d652d", "kernel_q4_k": "#681da8", "kernel_q6_k": "#a50e0e"}
-    colors |= {"llama_f32": "#5f6368", "llama_q4_0": "#81c995", "llama_q4_k": "#c58af9", "llama_q6_k": "#f28b82"}
     curves = {}
     for path, r in results.items():
         total, points = 0.0, []
@@ -304,15 +309,19 @@ def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
             total += ms
             points.append((i + 1, 1000 * i / total))
         curves[path] = points
-    width, height, pad = 640, 360, 50
+    plot_width, height, pad = 540, 360, 50
+    legend = pad + plot_width + 20  # the legend's column, right of the axes: it covers no line
+    width = legend + round(CHAR_WIDTH * 12 * max(len(f"— {labels[path]}") for path in curves)) + 10
     x_max = max(x for pts in curves.values() for x, _ in pts)
     y_max = max(y for pts in curves.values() for _, y in pts) * 1.15
-    sx = lambda x: pad + (width - 2 * pad) * x / x_max  # noqa: E731
+    sx = lambda x: pad + plot_width * x / x_max  # noqa: E731
     sy = lambda y: height - pad - (height - 2 * pad) * y / y_max  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12" fill="currentColor">',
-           f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="currentColor"/>',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" role="img" '
+           f'aria-label="Decode speed over the tokens generated, a line per path" style="max-width: 100%; height: auto" '
+           f'font-family="sans-serif" font-size="12" fill="currentColor">',
+           f'<line x1="{pad}" y1="{height - pad}" x2="{pad + plot_width}" y2="{height - pad}" stroke="currentColor"/>',
            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="currentColor"/>',
-           f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">tokens generated</text>',
+           f'<text x="{pad + plot_width / 2}" y="{height - 12}" text-anchor="middle">tokens generated</text>',
            f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">decode tok/s (mean so far)</text>']
     for k in range(5):
         y = y_max * k / 4
@@ -322,8 +331,8 @@ def plot(results: dict, file: Path, labels: dict[str, str] = PATHS) -> None:
         out.append(f'<text x="{sx(x):.0f}" y="{height - pad + 16}" text-anchor="middle">{x:.0f}</text>')
     for i, (path, pts) in enumerate(curves.items()):
         line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-        out.append(f'<polyline points="{line}" fill="none" stroke="{colors[path]}" stroke-width="2"/>')
-        out.append(f'<text x="{width - pad - 190}" y="{pad + 16 * i}" fill="{colors[path]}">— {labels[path]}</text>')
+        out.append(f'<polyline points="{line}" fill="none" stroke="{COLOURS[path]}" stroke-width="2"/>')
+        out.append(f'<text x="{legend}" y="{pad + 16 * i}" fill="{COLOURS[path]}">— {labels[path]}</text>')
     out.append("</svg>")
     file.write_text("\n".join(out) + "\n")
 
@@ -344,9 +353,6 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
     the memory limit (``bandwidth`` / bytes) as a line: the roofline of chapter 16, as a plain SVG."""
     import math
 
-    colors = {"hf": "#e8710a", "no_cache": "#888888", "cache": "#1a73e8", "decode": "#00897b", "kernel": "#004d40"}
-    colors |= {f"cache_{name}": "#1a73e8" for name in QUANTIZE} | {f"kernel_{name}": "#004d40" for name in QUANTIZE}
-    colors |= {p: "#5f6368" for p in results if p.startswith("llama_")}
     points = {path: (bytes_read(path, config) / 1e6, r["decode_tok_s"]) for path, r in results.items()}
     width, height, pad = 680, 460, 60
     x_lo, x_hi = min(x for x, _ in points.values()) / 2, max(x for x, _ in points.values()) * 2
@@ -378,13 +384,13 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
         cx, cy = sx(x), sy(y)
         text = f"{labels[path]}: {y:.0f} tok/s"
         right = cx < width / 2
-        x0 = cx + 8 if right else cx - 8 - 5.2 * len(text)
-        x1 = x0 + 5.2 * len(text)
+        x0 = cx + 8 if right else cx - 8 - CHAR_WIDTH * 10 * len(text)
+        x1 = x0 + CHAR_WIDTH * 10 * len(text)
         label_y = cy + 4
         while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):
             label_y += 12
         boxes.append((x0, x1, label_y - 10, label_y + 3))
-        out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{colors.get(path, "#1a73e8")}"/>')
+        out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{ROOFLINE_COLOURS[path]}"/>')
         if label_y - cy > 8:  # moved down to clear another label: a leader line to its point
             out.append(f'<line x1="{cx:.1f}" y1="{cy:.1f}" x2="{x0 if right else x1:.1f}" y2="{label_y - 4:.1f}" '
                        f'stroke="currentColor" stroke-width="0.5"/>')
