@@ -347,24 +347,25 @@ def test_hugging_faces_worker_times_every_token_past_the_end_token(checkpoint, h
 
 
 def test_hugging_faces_worker_scores_the_held_out_text(checkpoint):
-    """`bench --worker hf --eval-tokens 16`: Hugging Face's perplexity on the held-out tokens every path scores:
+    """`bench --worker hf --eval-tokens 80`: Hugging Face's perplexity on the held-out tokens every path scores:
     exp of the mean negative log-likelihood of each next token, in float64"""
     import transformers
 
-    result = bench.worker("hf", 3, PROMPT, "cpu", str(checkpoint), EVAL)
+    tokens = 80  # two windows of the context's 64 tokens: every window's tokens count
+    result = bench.worker("hf", 3, PROMPT, "cpu", str(checkpoint), tokens)
     model = transformers.GPT2LMHeadModel.from_pretrained(checkpoint).eval()
-    assert result["perplexity"] == pytest.approx(perplexity(model, checkpoint, GEN["n_positions"]), rel=1e-9), result
+    assert result["perplexity"] == pytest.approx(perplexity(model, checkpoint, GEN["n_positions"], tokens), rel=1e-9), result
 
 
-def perplexity(model, folder, context: int) -> float:
-    """``model``'s perplexity on the EVAL held-out tokens bench scores (windows of at most ``context``), in float64."""
+def perplexity(model, folder, context: int, tokens: int = EVAL) -> float:
+    """``model``'s perplexity on the ``tokens`` held-out tokens bench scores (windows of at most ``context``), in float64."""
     import numpy as np
     import torch
 
     from course.programs.quantize import held_out
 
-    windows = held_out(folder, solution(12).Tokenizer.from_dir(folder), context, EVAL)
-    assert sum(len(w) - 1 for w in windows) == EVAL, windows
+    windows = held_out(folder, solution(12).Tokenizer.from_dir(folder), context, tokens)
+    assert sum(len(w) - 1 for w in windows) == tokens, windows
     nll = []
     with torch.no_grad():
         for window in windows:
