@@ -613,8 +613,14 @@ _TICKS = ("another tick value (3 for 2, 2001 for 2000, 2 twice) is still labelle
           "a tick at 1 falls below GPT-2's megabytes and tok/s")
 _AT_THE_END = ("a value exactly at a boundary (a tick at an axis' end, a point at the picture's middle, two boxes that "
                "only touch): no run's values land there, and either way the picture holds it")
-_LINE_AT_LEFT = ("the axis' top is at least 1.5 x the memory limit at its left end (y_hi), so bandwidth x 1000 / y_hi is "
-                 "below x_lo / 1.5: the line starts at x_lo whatever the second term")
+_TORCH_CPU = ("None is PyTorch's default device, the CPU: the device of every run here (--device gpu needs a CUDA "
+              "PyTorch, which bench refuses to run without)")
+_WARM_UP = "the warm-up's input or length: it is not timed, and after it the timed run is the same"
+_NO_PAD = ("no sequence finishes (min_new_tokens holds the end token back) and the attention mask is given, so no pad "
+           "is written or read: the id only quiets generate's warning, which the worker's stderr swallows")
+_RICH_LEFT = 'rich justifies a cell left unless told "right", "center" or "full": these draw the same table'
+_PLAIN_CELLS = ("rich's highlighter colours the strings print() is handed, not a Table's cells: the same table, in "
+                "colour or not (measured with FORCE_COLOR=1)")
 _WHO_MOVES = ("the order the labels are placed in decides which of two colliding labels moves down: in any order none "
               "covers another or a point, and each moved one has its leader line")
 _LEADER = "a label left in place lies 4 px below its point, a moved one 16 px or more: any threshold between draws the same leaders"
@@ -638,6 +644,104 @@ _BENCH = {
         ('x_main', 'p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)', _HIDDEN, (
             'p.add_argument("--worker", choices=None, help=argparse.SUPPRESS)',
             'p.add_argument("--worker", help=argparse.SUPPRESS)',
+        )),
+        ('x_main', 'table.add_column(column, justify="left" if column == "path" else "right")', _RICH_LEFT, (
+            'table.add_column(column, justify="XXleftXX" if column == "path" else "right")',
+            'table.add_column(column, justify="LEFT" if column == "path" else "right")',
+        )),
+        ('x_main', 'Console(highlight=False).print(table)', _PLAIN_CELLS, (
+            'Console(highlight=None).print(table)',
+            'Console(highlight=True).print(table)',
+            'Console().print(table)',
+        )),
+        ('x__time_ours', 'check(quantize, config, device)', _ONLY_CPU, (
+            'check(quantize, config, None)',
+        )),
+        ('x__time_ours', 'reference = compile_model(steps, pretrained, device, True)', _ONLY_CPU, (
+            'reference = compile_model(steps, pretrained, None, True)',
+        )),
+        ('x__time_ours', 'kwargs = dict(n_positions=context(config), temperature=0.0)',
+         "step 13's generate is greedy unless told otherwise (temperature=0.0 is its default): bench says so anyway", (
+            'kwargs = dict(n_positions=context(config), )',
+        )),
+        ('x__time_ours', 'list(gen.generate(next_logits, prompt, 8, **kwargs))  # warm-up', _WARM_UP, (
+            'list(gen.generate(next_logits, prompt, 9, **kwargs))  # warm-up',
+        )),
+        ('x_worker_failed', 'if returncode < 0:',
+         "bench calls it only for a process that failed, whose code is never 0: <= 0 and < 1 split the codes the same", (
+            'if returncode <= 0:',
+            'if returncode < 1:',
+        )),
+        ('x__time_hf', 'where = "cuda" if device == "gpu" else "cpu"', _TORCH_CPU, (
+            'where = None',
+        )),
+        ('x__time_hf', 'where = "cuda" if device == "gpu" else "cpu"', _GPU_ONLY, (
+            'where = "cuda" if (device == "gpu") and False else "cpu"',
+            'where = "XXcudaXX" if device == "gpu" else "cpu"',
+            'where = "CUDA" if device == "gpu" else "cpu"',
+            'where = "cuda" if device == "XXgpuXX" else "cpu"',
+            'where = "cuda" if device == "GPU" else "cpu"',
+        )),
+        ('x__time_hf', 'model = model.to(where).eval()', _TORCH_CPU, (
+            'model = model.to(None).eval()',
+        )),
+        ('x__time_hf', 'sync = torch.cuda.synchronize if where == "cuda" else (lambda: None)', _GPU_ONLY, (
+            'sync = torch.cuda.synchronize if (where == "cuda") and False else (lambda: None)',
+            'sync = torch.cuda.synchronize if where == "XXcudaXX" else (lambda: None)',
+            'sync = torch.cuda.synchronize if where == "CUDA" else (lambda: None)',
+        )),
+        ('x__time_hf', 'sync = torch.cuda.synchronize if where == "cuda" else (lambda: None)',
+         "what the CPU's sync returns is not read", (
+            'sync = torch.cuda.synchronize if where == "cuda" else (lambda: 0)',
+        )),
+        ('x__time_hf', 'kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, use_cache=True, pad_token_id=0)', _NO_PAD, (
+            'kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, use_cache=True, pad_token_id=None)',
+            'kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, use_cache=True, )',
+            'kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, use_cache=True, pad_token_id=1)',
+        )),
+        ('x__time_hf', 'model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kwargs)  # warm-up', _WARM_UP, (
+            'model.generate(None, max_new_tokens=8, min_new_tokens=8, **kwargs)  # warm-up',
+            'model.generate(ids, max_new_tokens=None, min_new_tokens=8, **kwargs)  # warm-up',
+            'model.generate(ids, max_new_tokens=8, min_new_tokens=None, **kwargs)  # warm-up',
+            'model.generate(max_new_tokens=8, min_new_tokens=8, **kwargs)  # warm-up',
+            'model.generate(ids, min_new_tokens=8, **kwargs)  # warm-up',
+            'model.generate(ids, max_new_tokens=8, **kwargs)  # warm-up',
+            'model.generate(ids, max_new_tokens=8, min_new_tokens=8, )  # warm-up',
+            'model.generate(ids, max_new_tokens=9, min_new_tokens=8, **kwargs)  # warm-up',
+            'model.generate(ids, max_new_tokens=8, min_new_tokens=9, **kwargs)  # warm-up',
+        )),
+        ('x__prompt', 'return np.random.default_rng(12).integers(0, vocab, size=n).tolist()',
+         "NumPy reads integers' one bound as the high one: [0, vocab), the same draws", (
+            'return np.random.default_rng(12).integers(vocab, size=n).tolist()',
+        )),
+        ('x_worker', 'reference = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)',
+         "dtype=None loads float32, PyTorch's default (measured on a checkpoint whose config asks for float16; "
+         "no dtype at all loads float16 there, which the check sees)", (
+            'reference = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=None)',
+        )),
+        ('x_worker', 'times, tokens = _time_hf(reference, prompt, new_tokens, device)', _GPU_ONLY, (
+            'times, tokens = _time_hf(reference, prompt, new_tokens, None)',
+        )),
+        ('x_worker', 'context = getattr(reference.config, "n_positions", None) or reference.config.max_position_embeddings',
+         "GPT2Config maps max_position_embeddings to n_positions: the same context by either name", (
+            'context = getattr(None, "n_positions", None) or reference.config.max_position_embeddings',
+            'context = getattr(reference.config, "XXn_positionsXX", None) or reference.config.max_position_embeddings',
+            'context = getattr(reference.config, "N_POSITIONS", None) or reference.config.max_position_embeddings',
+        )),
+        ('x__time_hf', 'ids = torch.tensor([prompt], device=where)', _TORCH_CPU, (
+            'ids = torch.tensor([prompt], device=None)',
+            'ids = torch.tensor([prompt], )',
+        )),
+        ('x__time_hf', 'kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, use_cache=True, pad_token_id=0)',
+         "generate reads an explicit do_sample=None as not sampling (measured: greedy on a checkpoint whose "
+         "generation_config.json samples at temperature 5)", (
+            'kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=None, use_cache=True, pad_token_id=0)',
+        )),
+        ('x__run_worker', 'result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)',
+         "the course is an installed package (pip install -e ., pixi's editable install) and bench hands its worker "
+         "absolute paths: it runs the same from any folder (the check runs it from a scratch one)", (
+            'result = subprocess.run(command, cwd=None, capture_output=True, text=True)',
+            'result = subprocess.run(command, capture_output=True, text=True)',
         )),
         ('x_main', 'bandwidth = None', _UNREAD, (
             'bandwidth = ""',
@@ -691,15 +795,11 @@ _BENCH = {
             'while any(x0 < b1 and b0 < x1 and label_y - 10 <= c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
             'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 <= label_y + 3 for b0, b1, c0, c1 in boxes):',
         )),
-        ('x_roofline', 'out.append(f\'<line x1="{sx(x_start):.1f}" y1="{sy(bandwidth * 1e3 / x_start):.1f}" x2="{sx(x_hi):.1f}" \'', _THOUSANDTH, (
-            'out.append(f\'<line x1="{sx(x_start):.1f}" y1="{sy(bandwidth * 1001.0 / x_start):.1f}" x2="{sx(x_hi):.1f}" \'',
+        ('x_roofline', 'out.append(f\'<line x1="{sx(x_lo):.1f}" y1="{sy(bandwidth * 1e3 / x_lo):.1f}" x2="{sx(x_hi):.1f}" \'', _THOUSANDTH, (
+            'out.append(f\'<line x1="{sx(x_lo):.1f}" y1="{sy(bandwidth * 1001.0 / x_lo):.1f}" x2="{sx(x_hi):.1f}" \'',
         )),
         ('x_roofline', 'f\'y2="{sy(bandwidth * 1e3 / x_hi):.1f}" stroke="#d93025" stroke-dasharray="5 4" stroke-width="1.5"/>\')', _THOUSANDTH, (
             'f\'y2="{sy(bandwidth * 1001.0 / x_hi):.1f}" stroke="#d93025" stroke-dasharray="5 4" stroke-width="1.5"/>\')',
-        )),
-        ('x_roofline', 'x_start = max(x_lo, bandwidth * 1e3 / y_hi)', _LINE_AT_LEFT, (
-            'x_start = max(x_lo, bandwidth / 1e3 / y_hi)',
-            'x_start = max(x_lo, bandwidth * 1001.0 / y_hi)',
         )),
         ('x_roofline', 'for path, (x, y) in sorted(points.items(), key=lambda item: -item[1][1]):', _WHO_MOVES, (
             'for path, (x, y) in sorted(points.items(), key=None):',
@@ -766,8 +866,7 @@ _BENCH = {
     ) for after in afters},
     **{(_BE, function, line, line.replace('"solutions"', after, 1)): _SOLUTIONS_ANY for function, line in (
         ("x__windows", 'tokenizer = import_steps("solutions", SOLUTIONS, [12])[12].Tokenizer.from_dir(folder)'),
-        ("x__time_ours", 'steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16] + ([17, 22, 23, 24] if '
-                         'family == "llama" else []))'),
+        ("x__time_ours", 'steps = import_steps("solutions", SOLUTIONS, [*needed, cache_step, 16])'),
         ("x_bytes_read", 'return import_steps("solutions", SOLUTIONS, [16])[16].bytes_per_token(config, bits / 8)'),
         ("x_main", 'bandwidth = import_steps("solutions", SOLUTIONS, [16])[16].measure_bandwidth()'),
         ("x_import_steps_config", 'return import_steps("solutions", SOLUTIONS, [14])[14].config_from_json(find(model).config)'))

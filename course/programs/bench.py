@@ -212,7 +212,8 @@ def _time_ours(path, model, prompt_tokens, new_tokens, device, eval_tokens) -> t
     from max.dtype import DType
 
     family = build.family(model)
-    steps = import_steps("solutions", SOLUTIONS, [11, 13, 14, 15, 16] + ([17, 22, 23, 24] if family == "llama" else []))
+    needed, cache_step = build.NEEDED[family]  # what the programs import, and step 16's decode graph
+    steps = import_steps("solutions", SOLUTIONS, [*needed, cache_step, 16])
     gen = steps[13]
     quantize = path.split("_", 1)[1] if path.startswith(("cache_", "kernel_")) else None
     device = pick_device(device)
@@ -373,8 +374,8 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
             out.append(f'<text x="{sx(value):.0f}" y="{height - pad + 16}" text-anchor="middle">{value}</text>')
         if y_lo <= value <= y_hi:
             out.append(f'<text x="{pad - 6}" y="{sy(value) + 4:.0f}" text-anchor="end">{value}</text>')
-    x_start = max(x_lo, bandwidth * 1e3 / y_hi)
-    out.append(f'<line x1="{sx(x_start):.1f}" y1="{sy(bandwidth * 1e3 / x_start):.1f}" x2="{sx(x_hi):.1f}" '
+    # y_hi is at least 1.5 x the limit at x_lo, so the limit's line runs from the left edge to the right
+    out.append(f'<line x1="{sx(x_lo):.1f}" y1="{sy(bandwidth * 1e3 / x_lo):.1f}" x2="{sx(x_hi):.1f}" '
                f'y2="{sy(bandwidth * 1e3 / x_hi):.1f}" stroke="#d93025" stroke-dasharray="5 4" stroke-width="1.5"/>')
     out.append(f'<text x="{width - pad}" y="{pad - 8}" text-anchor="end" fill="#d93025">memory limit: '
                f'{bandwidth:.1f} GB/s ÷ bytes a token (NumPy, {threads} threads for every engine)</text>')
@@ -462,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         model = args.model
         if model is not None:
-            model = str(found.folder)
+            model = str(found.folder.resolve())  # each path's process runs in the course's folder, not this one
         else:
             from course.weights import random_checkpoint
 
