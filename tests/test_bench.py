@@ -321,22 +321,31 @@ def timed(result: dict, clock: list[float]) -> None:
     assert result["decode_tok_s"] == pytest.approx(len(steps) / sum(steps), rel=1e-12), (result, clock)
 
 
-def test_hugging_faces_worker_times_its_cached_generate(checkpoint, hf_tokens, bench_clock, monkeypatch):
-    """`bench --worker hf`: Hugging Face's generate, warmed up, then timed at each of its tokens; greedy, with its
-    cache (a one-token forward after the prompt's), without gradients, in eval mode"""
+def hf_forwards(monkeypatch, what) -> list:
+    """Each forward of Hugging Face's GPT-2 from now on, recorded as ``what(model, input_ids)``. The spy keeps
+    forward's signature, which generate reads to decide whether to pass an attention mask at all."""
     import functools
 
-    import torch
     import transformers
 
     forwards, real = [], transformers.GPT2LMHeadModel.forward
 
-    @functools.wraps(real)  # with forward's signature, which generate reads to decide whether to pass a mask
+    @functools.wraps(real)
     def forward(self, input_ids=None, **kwargs):
-        forwards.append((input_ids.shape[1], torch.is_grad_enabled(), self.training, input_ids.device.type))
+        forwards.append(what(self, input_ids))
         return real(self, input_ids, **kwargs)
 
     monkeypatch.setattr(transformers.GPT2LMHeadModel, "forward", forward)
+    return forwards
+
+
+def test_hugging_faces_worker_times_its_cached_generate(checkpoint, hf_tokens, bench_clock, monkeypatch):
+    """`bench --worker hf`: Hugging Face's generate, warmed up, then timed at each of its tokens; greedy, with its
+    cache (a one-token forward after the prompt's), without gradients, in eval mode"""
+    import torch
+
+    forwards = hf_forwards(monkeypatch, lambda model, ids: (ids.shape[1], torch.is_grad_enabled(), model.training,
+                                                            ids.device.type))
     result = bench.worker("hf", NEW, PROMPT, "cpu", str(checkpoint), 0)
     same_tokens(result["tokens"], hf_tokens, "bench's hf worker")
     assert len(bench_clock) == NEW + 1, bench_clock  # the start, and one reading a token
@@ -369,7 +378,6 @@ def test_hugging_faces_worker_is_greedy_on_the_whole_prompt_whatever_the_checkpo
     sample without a cache, after a prompt that holds token 0, the pad id bench hands generate (GPT-2's "!"), with an
     end token other than 0: still float32, greedy, with its cache, and every token of the prompt is read (generate
     would take a pad id in the prompt for padding, and mask it)"""
-    import functools
     import shutil
 
     import torch
@@ -389,14 +397,7 @@ def test_hugging_faces_worker_is_greedy_on_the_whole_prompt_whatever_the_checkpo
     model = transformers.GPT2LMHeadModel.from_pretrained(checkpoint).eval()
     greedy = hf_greedy(model, prompt, NEW, end)[0]
     assert len(greedy) == NEW, greedy  # no end token in the way
-    forwards, real = [], transformers.GPT2LMHeadModel.forward
-
-    @functools.wraps(real)  # with forward's signature, which generate reads to decide whether to pass a mask
-    def forward(self, input_ids=None, **kwargs):
-        forwards.append((input_ids.shape[1], self.dtype))
-        return real(self, input_ids, **kwargs)
-
-    monkeypatch.setattr(transformers.GPT2LMHeadModel, "forward", forward)
+    forwards = hf_forwards(monkeypatch, lambda model, ids: (ids.shape[1], model.dtype))
     assert bench.worker("hf", NEW, PROMPT, "cpu", str(folder), 0)["tokens"] == greedy
     assert forwards[-NEW:] == [(PROMPT, torch.float32)] + [(1, torch.float32)] * (NEW - 1), forwards  # one new token a step
 
