@@ -382,6 +382,37 @@ def test_diagrams_are_current_and_shown():
     assert sorted(p.name for p in diagrams.DIAGRAMS.glob("*.svg")) == sorted(drawn), "an SVG no script draws"
 
 
+@pytest.mark.parametrize("draw", [*diagrams.FILES.values(), lambda: diagrams.causal_mask(seq_len=5, past_len=7)],
+                         ids=[*diagrams.FILES, "a causal mask wider than the book's"])
+def test_each_diagram_holds_all_it_draws(draw, tmp_path):
+    """every box, line, circle and label lies inside the picture's viewBox (a label at 0.52 em a character, as bench's
+    pictures reckon), also for a causal mask with more keys than the book's"""
+    from test_bench import svg_parts
+
+    svg = tmp_path / "diagram.svg"
+    svg.write_text(draw())
+    parts = svg_parts(svg)
+    _, _, width, height = parts["viewBox"]
+    spans = []  # (what, left, right, top, bottom)
+    for a in parts.get("rect", []):
+        x, y, w, h = (float(a[k]) for k in ("x", "y", "width", "height"))
+        spans.append((a, x, x + w, y, y + h))
+    for a in parts.get("line", []):
+        xs, ys = sorted(float(a[k]) for k in ("x1", "x2")), sorted(float(a[k]) for k in ("y1", "y2"))
+        spans.append((a, *xs, *ys))
+    for a in parts.get("circle", []):
+        x, y, r = (float(a[k]) for k in ("cx", "cy", "r"))
+        spans.append((a, x - r, x + r, y - r, y + r))
+    for a in parts["text"]:
+        x, y, size = float(a["x"]), float(a["y"]), float(a["font-size"])
+        w = 0.52 * size * len(a["text"])
+        left = {"start": x, "middle": x - w / 2, "end": x - w}[a["text-anchor"]]
+        spans.append((a, left, left + w, y - size, y))
+    outside = [(round(l), round(r), round(t), round(b), a.get("text", "")) for a, l, r, t, b in spans
+               if not (0 <= l <= r <= width and 0 <= t <= b <= height)]
+    assert not outside, f"outside the {width:g} x {height:g} picture: {outside}"
+
+
 def test_the_diagrams_command_writes_them_and_its_check_names_the_stale_ones(tmp_path, monkeypatch, capsys):
     """`python -m course.authoring.diagrams` writes every diagram (its folder too); `--check` writes nothing,
     exits 1 and names each file that is missing or differs"""

@@ -29,6 +29,38 @@ def test_the_summary_is_of_todays_code(target):
         f"now {digest(ROOT / target)}): {REFRESH}")
 
 
+CODE = '''"""A module."""
+
+
+def area(w, h):
+    """The area."""
+    return w * h  # width times height
+'''
+
+
+def test_the_digest_is_of_the_code_mutmut_mutates(tmp_path, monkeypatch):
+    """a docstring in triple quotes, a comment or a blank line (which mutmut never mutates) leave a file's digest as
+    it was; a line of code, or a docstring in plain quotes (which mutmut does mutate), change it; in a solution,
+    every byte counts (its ANCHOR comments decide which mutants are TODO code)"""
+    from course.authoring import mutation
+
+    monkeypatch.setattr(mutation, "SOLUTIONS", tmp_path / "solutions")
+    (tmp_path / "solutions").mkdir()
+
+    def of(text, folder=tmp_path):
+        (folder / "m.py").write_text(text)
+        return digest(folder / "m.py")
+
+    same = [CODE.replace("A module.", "The module, said otherwise."), CODE.replace('"""The area."""', '"""The area,\n    w by h."""'),
+            CODE.replace("  # width times height", ""), CODE.replace("\n\n\n", "\n\n\n\n")]
+    other = [CODE.replace("w * h", "w + h"), CODE.replace('"""The area."""', '"The area."')]
+    assert [of(text) for text in same] == [of(CODE)] * len(same), "an edit mutmut cannot see changed the digest"
+    assert of(CODE) not in [of(text) for text in other], "an edit of the code left the digest as it was"
+    assert of(CODE.replace('"""The area."""', '"The area, said otherwise."')) != of(CODE.replace('"""The area."""', '"The area."'))
+    solution = of(CODE, tmp_path / "solutions")
+    assert solution != of(CODE.replace("  # width times height", "  # ANCHOR: area"), tmp_path / "solutions")
+
+
 FUNCTION = '''def vet(path, values):
     if values.get("n", 1) > 2:
         raise CheckpointError(f"{path} sets n={values['n']}; " + "the course computes n=1 only")

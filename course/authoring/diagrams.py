@@ -33,9 +33,9 @@ def _svg(width: int, height: int, title: str, body: list[str]) -> str:
     return "\n".join([head, f"<title>{title}</title>", *body, "</svg>"]) + "\n"
 
 
-def _text(x: float, y: float, text: str, anchor: str = "middle", size: int | None = None, weight: str = "") -> str:
-    extra = (f' font-size="{size}"' if size else "") + (f' font-weight="{weight}"' if weight else "")
-    return f'<text x="{x:g}" y="{y:g}" text-anchor="{anchor}"{extra}>{text}</text>'
+def _text(x: float, y: float, text: str, *, size: int, anchor: str = "middle", weight: str = "") -> str:
+    bold = f' font-weight="{weight}"' if weight else ""
+    return f'<text x="{x:g}" y="{y:g}" text-anchor="{anchor}" font-size="{size}"{bold}>{text}</text>'
 
 
 def _rect(x: float, y: float, w: float, h: float, fill: str, rx: int = 0, stroke: bool = True) -> str:
@@ -103,9 +103,9 @@ def kv_cache(prompt: int = 4, steps: int = 3) -> str:
     y = top + len(rows) * (cell + gap)
     body.append(_rect(left, y - 6, 16, 16, CACHED))
     body.append(_text(left + 24, y + 7, "read from the cache (computed at an earlier step)", anchor="start", size=12))
-    body.append(_rect(left + 330, y - 6, 16, 16, NEW))
-    body.append(_text(left + 354, y + 7, "computed now, then appended", anchor="start", size=12))
-    return _svg(left + (prompt + steps) * cell + 330, y + 22, "A KV cache growing over decode steps", body)
+    body.append(_rect(left + 350, y - 6, 16, 16, NEW))
+    body.append(_text(left + 374, y + 7, "computed now, then appended", anchor="start", size=12))
+    return _svg(left + (prompt + steps) * cell + 350, y + 22, "A KV cache growing over decode steps", body)
 
 
 def heads() -> str:
@@ -119,27 +119,30 @@ def heads() -> str:
         body.append(_rect(left + k * width / 12, 32, width / 12, h, fill))
         body.append(_text(left + k * width / 12 + width / 24, 52, f"h{k}", size=12))
     body.append(_text(left + width / 2, 82, "head h owns the slice [h·64, (h+1)·64): 12 heads × D = 64", size=12))
-    stages = [
-        ("x", "[B, T, C]", "[1, 5, 768]", "c_attn, then split into q, k, v"),
-        ("q (k, v alike)", "[B, T, C]", "[1, 5, 768]", "reshape: name the slices"),
-        ("", "[B, T, H, D]", "[1, 5, 12, 64]", "transpose(1, 2): heads to the front"),
-        ("split_heads(q)", "[B, H, T, D]", "[1, 12, 5, 64]", "attend: each head on its own"),
-        ("y", "[B, H, T, D]", "[1, 12, 5, 64]", "transpose(1, 2): tokens back to the front"),
-        ("", "[B, T, H, D]", "[1, 5, 12, 64]", "reshape: glue the slices"),
-        ("merge_heads(y)", "[B, T, C]", "[1, 5, 768]", "then c_proj"),
+    stages = [  # (name, shape, GPT-2 small's shape), then how the next stage is made from this one
+        ("x", "[B, T, C]", "[1, 5, 768]"), "c_attn, then split into q, k, v",
+        ("q (k, v alike)", "[B, T, C]", "[1, 5, 768]"), "reshape: name the slices",
+        ("", "[B, T, H, D]", "[1, 5, 12, 64]"), "transpose(1, 2): heads to the front",
+        ("split_heads(q)", "[B, H, T, D]", "[1, 12, 5, 64]"), "attend: each head on its own",
+        ("y", "[B, H, T, D]", "[1, 12, 5, 64]"), "transpose(1, 2): tokens back to the front",
+        ("", "[B, T, H, D]", "[1, 5, 12, 64]"), "reshape: glue the slices",
+        ("merge_heads(y)", "[B, T, C]", "[1, 5, 768]"), "c_proj: one linear layer mixes the heads",
+        ("attention's output", "[B, T, C]", "[1, 5, 768]"),
     ]
     top, box_h, step = 104, 34, 56
-    for s, (name, shape, example, how) in enumerate(stages):
+    boxes, hows = stages[::2], stages[1::2]
+    for s, (name, shape, example) in enumerate(boxes):
         y = top + s * step
         fill = NEW if s in (3, 4) else CACHED
         body.append(_rect(left + 120, y, 200, box_h, fill, rx=6))
         body.append(_text(left + 220, y + 22, shape, size=15, weight="600"))
         body.append(_text(left + 110, y + 22, name, anchor="end", size=13))
         body.append(_text(left + 330, y + 22, example, anchor="start", size=13))
-        if s + 1 < len(stages):
-            body.append(_arrow(left + 220, y + box_h + 1, left + 220, y + step - 1))
-            body.append(_text(left + 232, y + box_h + 16, how, anchor="start", size=12))
-    bottom = top + (len(stages) - 1) * step + box_h
+    for s, how in enumerate(hows):
+        y = top + s * step
+        body.append(_arrow(left + 220, y + box_h + 1, left + 220, y + step - 1))
+        body.append(_text(left + 232, y + box_h + 16, how, anchor="start", size=12))
+    bottom = top + (len(boxes) - 1) * step + box_h
     body.append(_text(left, bottom + 26, "B batch, T tokens, H heads, D = C / H per head; "
                       "the example is GPT-2 small on 5 tokens", anchor="start", size=12))
     return _svg(left + width + 30, bottom + 40, "Splitting attention into heads and merging them back", body)
@@ -148,9 +151,8 @@ def heads() -> str:
 def block() -> str:
     """GPT-2's pre-norm block: the residual stream, and two sublayers that read a normalized copy."""
     body = [ARROW_DEF]
-    x_stream, x_side, w = 120, 300, 150
+    x_stream, x_side, w = 190, 370, 150  # the sums' labels, at the stream's left, need about 160 px
     body.append(_text(x_stream, 22, "x  [B, T, C]", size=14, weight="600"))
-    body.append(_arrow(x_stream, 30, x_stream, 112))
     plus = []
     for k, (norm, sub, y0) in enumerate([("ln_1", "attn", 60), ("ln_2", "mlp", 210)]):
         # Branch out of the stream, through the norm and the sublayer, back into the sum.
@@ -169,6 +171,7 @@ def block() -> str:
         body.append(_text(x_stream, y + 6, "+", size=18, weight="600"))
         label = "h = x + attn(ln_1(x))" if k == 0 else "out = h + mlp(ln_2(h))"
         body.append(_text(x_stream - 22, y + 5, label, anchor="end", size=13))
+    body.append(_arrow(x_stream, 30, x_stream, plus[0] - 14))
     body.append(_arrow(x_stream, plus[0] + 13, x_stream, plus[1] - 14))
     body.append(_arrow(x_stream, plus[1] + 13, x_stream, plus[1] + 52))
     body.append(_text(x_stream, plus[1] + 70, "out  [B, T, C]", size=14, weight="600"))
@@ -176,7 +179,7 @@ def block() -> str:
     body.append(_text(x_side + w / 2 + 14, 86, "normalized copy; the", anchor="start", size=12))
     body.append(_text(x_side + w / 2 + 14, 102, "stream itself is never", anchor="start", size=12))
     body.append(_text(x_side + w / 2 + 14, 118, "normalized inside a block", anchor="start", size=12))
-    return _svg(560, plus[1] + 84, "The pre-norm transformer block", body)
+    return _svg(640, plus[1] + 84, "The pre-norm transformer block", body)
 
 
 #: file name → what it draws

@@ -130,6 +130,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "course/authoring/render.py": ("tests/test_render.py", *(f"tests/test_course.py::test_{name}" for name in (
         "steps_are_rendered_from_solutions", "a_learners_edits_are_edits_and_a_stale_stub_is_a_failure",
         "render_keeps_a_learners_edits"))),
+    # the book's diagrams: every number of each drawing, against the files it wrote and the picture's bounds
+    "course/authoring/diagrams.py": tuple(f"tests/test_book.py::test_{name}" for name in (
+        "diagrams_are_current_and_shown", "each_diagram_holds_all_it_draws",
+        "the_diagrams_command_writes_them_and_its_check_names_the_stale_ones")),
     "solutions/step_01_config.py": ("tests/test_step_01_config.py",),
     "solutions/step_02_causal_mask.py": ("tests/test_step_02_causal_mask.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
@@ -881,6 +885,16 @@ _RENDER = {
         "the manifest indented by three spaces, not two: still a line a stub, sorted",
 }
 
+_DIAGRAMS = {
+    ("course/authoring/diagrams.py", "x_causal_mask", "body.append(_rect(x + 2, 22, count * cell - 4, 24, fill, rx=4, stroke=False))",
+     "body.append(_rect(x + 2, 22, count * cell - 4, 24, fill, rx=4, stroke=None))"):
+        "_rect reads stroke as a truth value: None is False, and the bracket is drawn without an outline alike",
+    ("course/authoring/diagrams.py", "x_causal_mask",
+     'return _svg(max(left + total * cell + 20, 640), bottom + 28 + 20 * len(notes), "The causal mask with a past_len offset", body)',
+     'return _svg(max(left + total * cell + 21, 640), bottom + 28 + 20 * len(notes), "The causal mask with a past_len offset", body)'):
+        "a wider mask's margin right of its last column, one pixel more: the grid still fits (the picture's bounds are checked)",
+}
+
 _PYTEST_PLUGIN = {
     ("course/check/pytest_plugin.py", "x_pytest_configure", 'config.option.reportchars += "s"',
      'config.option.reportchars += "S"'): "pytest reads -rS as -rs (an old alias it lowercases)",
@@ -951,6 +965,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_PYTEST_PLUGIN,
     **_BENCH,
     **_RENDER,
+    **_DIAGRAMS,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
@@ -1009,8 +1024,23 @@ class Result:
 
 
 def digest(path: Path) -> str:
-    """The first 12 hex digits of a file's sha256: what the summary records, what the staleness test compares."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    """The first 12 hex digits of the sha256 of a file's code: what the summary records, what the staleness test
+    compares. A Python file's code is its syntax tree without its triple-quoted docstrings: mutmut mutates no
+    triple-quoted string, no comment and no layout, so editing those leaves every mutant, and every verdict, as
+    it was. (A one-line docstring in plain quotes is mutated, and counts.) A solution's every byte counts: its
+    ``ANCHOR`` comments decide which of its mutants are TODO code."""
+    source = path.read_bytes()
+    if path.suffix != ".py" or path.resolve().is_relative_to(SOLUTIONS):
+        return hashlib.sha256(source).hexdigest()[:12]
+    text = source.decode("utf-8")
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+                    and re.match(r"[rRuU]?(?:'\'\'|\"\"\")", ast.get_source_segment(text, first) or "")):
+                node.body[0] = ast.Pass()
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:12]
 
 
 # --- which mutants reword a message -----------------------------------------------------------
