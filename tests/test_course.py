@@ -1486,22 +1486,3 @@ def test_setup_installs_the_sigint_handler_that_makes_eager_ops_fast(monkeypatch
         runtime._raise_keyboard_interrupt(signal.SIGINT, None)
 
 
-def test_op_profile_splits_a_logged_step():
-    """op_profile times each outermost op from its LAUNCH to its COMPLETE, and splits the rest of a step into the
-    time between ops and Python's"""
-    from course.authoring.op_profile import kind_of, profile
-
-    step = [(0.000, "MARK", "", -1),
-            (0.001, "LAUNCH", "Epilogue(matmul, add)", 1), (0.002, "LAUNCH", "matmulmo.matmul", 2),
-            (0.004, "COMPLETE", "matmulmo.matmul", 2), (0.005, "COMPLETE", "Epilogue(matmul, add)", 1),
-            (0.006, "LAUNCH", "Prologue(static.reshape, slice, concat)", 3),
-            (0.007, "COMPLETE", "Prologue(static.reshape, slice, concat)", 3),
-            (0.010, "MARK", "", -1)]
-    seconds, counts, between, python, whole = profile(step)
-    got = {name: round(1000 * t, 6) for name, t in seconds.items()}
-    assert got == {"Epilogue(matmul, add)": 4.0, "Prologue(static.reshape, slice, concat)": 1.0}, got
-    assert dict(counts) == {"Epilogue(matmul, add)": 1, "Prologue(static.reshape, slice, concat)": 1}, counts
-    assert (round(1000 * between, 6), round(1000 * python, 6), round(1000 * whole, 6)) == (1.0, 4.0, 10.0), \
-        (between, python, whole)
-    assert kind_of("Epilogue(matmul, add)").endswith("(matmul)") and kind_of("Prologue(slice, concat)").startswith(
-        "concat"), (kind_of("Epilogue(matmul, add)"), kind_of("Prologue(slice, concat)"))

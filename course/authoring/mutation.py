@@ -134,6 +134,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "course/authoring/diagrams.py": tuple(f"tests/test_book.py::test_{name}" for name in (
         "diagrams_are_current_and_shown", "each_diagram_holds_all_it_draws",
         "the_diagrams_command_writes_them_and_its_check_names_the_stale_ones")),
+    # chapter 16's op profile: on canned logs and a stand-in child (its output is a measurement)
+    "course/authoring/op_profile.py": ("tests/test_op_profile.py",),
     "solutions/step_01_config.py": ("tests/test_step_01_config.py",),
     "solutions/step_02_causal_mask.py": ("tests/test_step_02_causal_mask.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
@@ -895,6 +897,27 @@ _DIAGRAMS = {
         "a wider mask's margin right of its last column, one pixel more: the grid still fits (the picture's bounds are checked)",
 }
 
+_OP = "course/authoring/op_profile.py"
+_POPEN = "stderr=subprocess.STDOUT, text=True, bufsize=1)"
+_ROW_GAP = 'table.add_row("between ops, inside the graph (the runtime\'s own work)", "", f"{1000 * between:.2f}",'
+_ROW_PY = 'table.add_row("Python: into the graph and back, the argmax", "", f"{1000 * python:.2f}", f"{python / whole:.0%}")'
+_OP_PROFILE = {
+    **{(_OP, "x_main", _POPEN, _POPEN.replace("bufsize=1", after)): (
+        "the parent only reads the pipe: a text stream returns each line as soon as the child's python -u writes it, "
+        "whatever the size of the parent's own buffer") for after in ("bufsize=None", "", "bufsize=2")},
+    (_OP, "x_main", "names = {name for p in per_step for name in p[0]}", "names = {name for p in per_step for name in p[1]}"):
+        "profile fills its seconds and its counts for the same names",
+    (_OP, "x_main", "count = {name: max(p[1].get(name, 0) for p in per_step) for name in names}",
+     "count = {name: max(p[1].get(name, 1) for p in per_step) for name in names}"):
+        "every name ran at least once in some step, so the most a step ran it is 1 or more either way",
+    (_OP, "x_main", _ROW_GAP, _ROW_GAP.replace('"", f"', 'None, f"')): "rich draws a cell of None as an empty one",
+    (_OP, "x_main", _ROW_PY, _ROW_PY.replace('"", f"', 'None, f"')): "rich draws a cell of None as an empty one",
+    (_OP, "x_main", "console = Console(width=120)", "console = Console(width=121)"):
+        "one column wider than the tables need: the same lines",
+    (_OP, "x_main", 'f"{1e6 * median[name] / max(count[name], 1):.0f}")',
+     'f"{1000001.0 * median[name] / max(count[name], 1):.0f}")'): "a millionth more µs, below the whole µs shown",
+}
+
 _PYTEST_PLUGIN = {
     ("course/check/pytest_plugin.py", "x_pytest_configure", 'config.option.reportchars += "s"',
      'config.option.reportchars += "S"'): "pytest reads -rS as -rs (an old alias it lowercases)",
@@ -966,6 +989,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_BENCH,
     **_RENDER,
     **_DIAGRAMS,
+    **_OP_PROFILE,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.

@@ -46,7 +46,7 @@ KINDS = [
 ]
 
 
-def child(path: str, model: str, tokens: int, quantize: str | None = None, kernel: bool = False) -> None:
+def child(path: str, model: str, tokens: int, quantize: str | None, kernel: bool) -> None:
     """Compiles ``path``'s graph with the op log on, and decodes, marking each step on stdout."""
     from course import runtime
 
@@ -63,9 +63,9 @@ def child(path: str, model: str, tokens: int, quantize: str | None = None, kerne
     ids = list(range(100, 112))
     kwargs = dict(n_positions=pretrained.config.n_positions, temperature=0.0)
     list(steps[13].generate(next_logits, ids, 4, **kwargs))  # compiles step 16's decode graph, warms up
-    print("@@ START", flush=True)
+    print("@@ START")  # the parent starts the child with python -u: each line leaves at once
     for token in steps[13].generate(next_logits, ids, tokens, **kwargs):
-        print(f"@@ STEP {token}", flush=True)
+        print(f"@@ STEP {token}")
 
 
 def read(process: subprocess.Popen) -> list[list[tuple[float, str, str, int]]]:
@@ -74,7 +74,7 @@ def read(process: subprocess.Popen) -> list[list[tuple[float, str, str, int]]]:
     for line in process.stdout:
         now = time.perf_counter()
         if line.startswith("@@ START"):
-            started, current = True, [(now, "MARK", "", -1)]
+            started, current = True, []  # the prefill's step, left out below: no mark needed
         elif line.startswith("@@ STEP") and started:
             current.append((now, "MARK", "", -1))
             steps.append(current)
