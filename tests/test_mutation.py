@@ -9,6 +9,8 @@ only reword an error message, since its verdicts never reach mutmut.
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from course.authoring.mutation import SUMMARY, TARGETS, digest, recorded, rewords_a_message
@@ -24,9 +26,9 @@ def test_the_summary_is_of_todays_code(target):
     """each target's sha256 in the summary is the file's as it is now"""
     found = recorded()
     assert target in found, f"{SUMMARY.relative_to(ROOT)} has no line for {target}: {REFRESH}"
-    assert found[target] == digest(ROOT / target), (
+    assert found[target] == digest(target), (
         f"{target} changed since the mutation run in {SUMMARY.relative_to(ROOT)} (sha256 {found[target]}, "
-        f"now {digest(ROOT / target)}): {REFRESH}")
+        f"now {digest(target)}): {REFRESH}")
 
 
 CODE = '''"""A module."""
@@ -38,18 +40,18 @@ def area(w, h):
 '''
 
 
-def test_the_digest_is_of_the_code_mutmut_mutates(tmp_path, monkeypatch):
+def test_the_digest_is_of_the_code_mutmut_mutates(tmp_path):
     """a docstring in triple quotes, a comment or a blank line (which mutmut never mutates) leave a file's digest as
     it was; a line of code, or a docstring in plain quotes (which mutmut does mutate), change it; in a solution,
-    every byte counts (its ANCHOR comments decide which mutants are TODO code)"""
-    from course.authoring import mutation
+    every byte counts (its ANCHOR comments decide which mutants are TODO code), in the course as in a mutation copy,
+    which keeps the solutions in src/"""
+    (tmp_path / "src").mkdir()
 
-    monkeypatch.setattr(mutation, "SOLUTIONS", tmp_path / "solutions")
-    (tmp_path / "solutions").mkdir()
-
-    def of(text, folder=tmp_path):
-        (folder / "m.py").write_text(text)
-        return digest(folder / "m.py")
+    def of(text, target="course/m.py"):
+        path = tmp_path / target.replace("solutions/", "src/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return digest(target, tmp_path)
 
     same = [CODE.replace("A module.", "The module, said otherwise."), CODE.replace('"""The area."""', '"""The area,\n    w by h."""'),
             CODE.replace("  # width times height", ""), CODE.replace("\n\n\n", "\n\n\n\n")]
@@ -57,8 +59,9 @@ def test_the_digest_is_of_the_code_mutmut_mutates(tmp_path, monkeypatch):
     assert [of(text) for text in same] == [of(CODE)] * len(same), "an edit mutmut cannot see changed the digest"
     assert of(CODE) not in [of(text) for text in other], "an edit of the code left the digest as it was"
     assert of(CODE.replace('"""The area."""', '"The area, said otherwise."')) != of(CODE.replace('"""The area."""', '"The area."'))
-    solution = of(CODE, tmp_path / "solutions")
-    assert solution != of(CODE.replace("  # width times height", "  # ANCHOR: area"), tmp_path / "solutions")
+    solution = of(CODE, "solutions/step_99_area.py")
+    assert solution != of(CODE.replace("  # width times height", "  # ANCHOR: area"), "solutions/step_99_area.py")
+    assert solution == hashlib.sha256(CODE.encode()).hexdigest()[:12], "a solution's digest is of its bytes"
 
 
 FUNCTION = '''def vet(path, values):

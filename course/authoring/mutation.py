@@ -1047,14 +1047,14 @@ class Result:
         return sum(mutant.status == name for mutant in mutants)
 
 
-def digest(path: Path) -> str:
-    """The first 12 hex digits of the sha256 of a file's code: what the summary records, what the staleness test
-    compares. A Python file's code is its syntax tree without its triple-quoted docstrings: mutmut mutates no
-    triple-quoted string, no comment and no layout, so editing those leaves every mutant, and every verdict, as
-    it was. (A one-line docstring in plain quotes is mutated, and counts.) A solution's every byte counts: its
-    ``ANCHOR`` comments decide which of its mutants are TODO code."""
-    source = path.read_bytes()
-    if path.suffix != ".py" or path.resolve().is_relative_to(SOLUTIONS):
+def digest(target: str, copy: Path | None = None) -> str:
+    """The first 12 hex digits of the sha256 of a target's code, in the course or in the mutation ``copy``: what the
+    summary records, what the staleness test compares. A Python file's code is its syntax tree without its
+    triple-quoted docstrings: mutmut mutates no triple-quoted string, no comment and no layout, so editing those
+    leaves every mutant, and every verdict, as it was. (A one-line docstring in plain quotes is mutated, and
+    counts.) A solution's every byte counts: its ``ANCHOR`` comments decide which of its mutants are TODO code."""
+    source = (ROOT / target if copy is None else copy / _in_copy(target)).read_bytes()
+    if not target.endswith(".py") or target.startswith("solutions/"):
         return hashlib.sha256(source).hexdigest()[:12]
     text = source.decode("utf-8")
     tree = ast.parse(text)
@@ -1303,11 +1303,11 @@ def run(target: str, children: int, last: bool = False) -> Result:
     work = WORK / _slug(target)
     started = time.perf_counter()
     if last:
-        if not (work / _in_copy(target)).is_file() or digest(work / _in_copy(target)) != digest(ROOT / target):
+        if not (work / _in_copy(target)).is_file() or digest(target, work) != digest(target):
             raise SystemExit(f"the last run in {work} mutated another version of {target}: run it again")
     else:
         prepare(target, work)
-    result = Result(target, digest(ROOT / target), list_mutants(target, work))
+    result = Result(target, digest(target), list_mutants(target, work))
     names = [mutant.name for mutant in result.mutants if mutant.status != "equivalent"]
     if last:
         _read_verdicts(target, work, result)
