@@ -134,11 +134,11 @@ def rows(text: str, border: str = "│") -> list[list[str]]:
 
 
 def test_the_profile_of_two_logged_steps(child_of, capsys, monkeypatch):
-    """`op_profile --model M --tokens 3 --top 2 --quantize q6_k --kernel`: the child is this module again with the op
-    log on, from the course's folder; its prefill and anything before its start are left out; each op name's time
-    is its median over the decode steps (0 where a step lacks it), its count the most a step ran; the kinds, the
-    time between ops and Python's as milliseconds and shares of the median step; the costliest names, cut to 70
-    characters"""
+    """`op_profile --model M --tokens 3 --top 2 --quantize q6_k --kernel`: the command, every setting shown; the child
+    is this module again with the op log on, from the course's folder; its prefill and anything before its start are
+    left out; each op name's time is its median over the decode steps (0 where a step lacks it), its count the most a
+    step ran; the kinds, the time between ops and Python's as milliseconds and shares of the median step; the
+    costliest names, cut to 70 characters"""
     monkeypatch.setenv("COURSE_SEEN_BY_THE_CHILD", "yes")
     made = child_of(canned_log())
     assert op_profile.main(["--model", "M", "--tokens", "3", "--top", "2", "--quantize", "q6_k", "--kernel"]) == 0
@@ -152,7 +152,7 @@ def test_the_profile_of_two_logged_steps(child_of, capsys, monkeypatch):
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), options
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == "$ python -m course.authoring.op_profile --path decode --tokens 3 --model M --quantize q6_k --kernel"
+    assert lines[0] == "$ python -m course.authoring.op_profile --path decode --tokens 3 --top 2 --model M --quantize q6_k --kernel"
     # the two decode steps: 100 and 160 ms; between ops 20 and 23.4 ms; Python 30 (100 - 70 inside) and 39 (160 - 121)
     assert lines[1] == ("step 16's decode graph, q6_k weights, the course's Mojo kernel, 2 logged decode steps, medians; "
                         "a logged step takes 130.0 ms"), lines[1]
@@ -181,7 +181,7 @@ def test_the_defaults_profile_step_16s_graph_on_bench_s_random_gpt2(child_of, ca
     [(command, _)] = Child.started
     assert command[4:] == ["--child", "--path", "decode", "--model", f"{folder}/written", "--tokens", "24"], command
     out = capsys.readouterr().out
-    assert out.splitlines()[:2] == ["$ python -m course.authoring.op_profile --path decode --tokens 24",
+    assert out.splitlines()[:2] == ["$ python -m course.authoring.op_profile --path decode --tokens 24 --top 12",
                                     "step 16's decode graph, 2 logged decode steps, medians; a logged step takes 130.0 ms"]
     listed = rows(out.split("the 12 costliest op names")[1])
     names = [row[0] for row in listed]  # the gathers' times differ in the clock's last bits

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     label = "step 16's decode graph" if args.path == "decode" else "step 15's cached graph"
     label += f", {args.quantize} weights" if args.quantize else ""
     label += ", the course's Mojo kernel" if args.kernel else ""
-    print(f"$ python -m course.authoring.op_profile --path {args.path} --tokens {args.tokens}"
+    print(f"$ python -m course.authoring.op_profile --path {args.path} --tokens {args.tokens} --top {args.top}"  # every setting
           + (f" --model {args.model}" if args.model else "") + (f" --quantize {args.quantize}" if args.quantize else "")
           + (" --kernel" if args.kernel else ""))
     print(f"{label}, {len(steps)} logged decode steps, medians; a logged step takes {1000 * whole:.1f} ms")
