@@ -278,19 +278,22 @@ def test_each_format_reaches_the_child(name, child_of, capsys):
     assert f", {name} weights, 2 logged" in capsys.readouterr().out
 
 
-def test_read_splits_the_log_into_decode_steps(monkeypatch):
+def test_read_splits_the_log_into_decode_steps(child_of):
     """read: each line timestamped as it arrives; a step from one mark to the next, both kept; the events between,
     as (time, LAUNCH or COMPLETE, op name, id); lines before the start, other lines and the prefill's step left out"""
     log = canned_log()
-    times = iter([t / 1000 for t, _ in log])
-    monkeypatch.setattr(op_profile.time, "perf_counter", lambda: next(times))
-    steps = op_profile.read(Child(log, 0)(["child"]))
-    mark = lambda t: (t / 1000, "MARK", "", -1)  # noqa: E731
-    event = lambda t, line: (t / 1000, *op_profile.EVENT.search(line).groups()[:2], int(op_profile.EVENT.search(line)[3]))  # noqa: E731
-    first = [mark(10), *(event(t, line) for t, line in log if 10 < t < 20 and "[OP]" in line), mark(20)]
-    second = [mark(20), *(event(t, line) for t, line in log if 20 < t < 36 and "[OP]" in line), mark(36)]
-    assert steps == [first, second], steps
-    assert [len(step) for step in steps] == [8, 34] and steps[0][1] == (0.011, "LAUNCH", LONG, 2), steps[0][:2]
+    child_of(log)
+    steps = op_profile.read(op_profile.subprocess.Popen(["child"]))
+
+    def event(t, line):
+        found = op_profile.EVENT.search(line)
+        return (t / 100, found[1], found[2], int(found[3])) if found else (t / 100, "MARK", "", -1)
+
+    def step(start, end):  # the marks at start and end (the child's @@ STEP lines), the events between
+        return [event(t, line) for t, line in log if start <= t <= end and (t in (start, end) or "[OP]" in line)]
+
+    assert steps == [step(10, 20), step(20, 36)], steps
+    assert [len(step) for step in steps] == [8, 34] and steps[0][1] == (0.11, "LAUNCH", LONG, 2), steps[0][:2]
 
 
 def test_ops_in_flight_together_do_not_stop_the_profile():

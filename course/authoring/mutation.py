@@ -887,11 +887,12 @@ _RENDER = {
         "the manifest indented by three spaces, not two: still a line a stub, sorted",
 }
 
+_DG = "course/authoring/diagrams.py"
 _DIAGRAMS = {
-    ("course/authoring/diagrams.py", "x_causal_mask", "body.append(_rect(x + 2, 22, count * cell - 4, 24, fill, rx=4, stroke=False))",
+    (_DG, "x_causal_mask", "body.append(_rect(x + 2, 22, count * cell - 4, 24, fill, rx=4, stroke=False))",
      "body.append(_rect(x + 2, 22, count * cell - 4, 24, fill, rx=4, stroke=None))"):
         "_rect reads stroke as a truth value: None is False, and the bracket is drawn without an outline alike",
-    ("course/authoring/diagrams.py", "x_causal_mask",
+    (_DG, "x_causal_mask",
      'return _svg(max(left + total * cell + 20, 640), bottom + 28 + 20 * len(notes), "The causal mask with a past_len offset", body)',
      'return _svg(max(left + total * cell + 21, 640), bottom + 28 + 20 * len(notes), "The causal mask with a past_len offset", body)'):
         "a wider mask's margin right of its last column, one pixel more: the grid still fits (the picture's bounds are checked)",
