@@ -216,65 +216,81 @@ def attend_kernel(qkv: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, 
     return y, k, v
 
 
-def norm_one_row_kernel(x: Tensor, norm: Module, weight: Tensor, bias: Tensor, gelu: bool = False) -> Tensor:
+#: The quantized formats (``course.programs.quantize``) whose products the fused kernels take, as float32's.
+FUSED = ("q4_k", "q6_k")
+
+
+def format_of(linear: Module) -> str:
+    """A product's weight format for the fused kernels: f32, or a quantized Linear's (quantize's ``name``)."""
+    from max.dtype import DType
+
+    return linear.name if linear.weight.dtype == DType.uint8 else "f32"
+
+
+def norm_one_row_kernel(x: Tensor, norm: Module, weight: Tensor, bias: Tensor, gelu: bool = False,
+                        format: str = "f32") -> Tensor:
     """``weight @ norm(x) + bias`` for a single row x, and GELU of it where ``gelu``, as one op: the Mojo kernel
-    ``norm_one_row`` (``course/kernels/layer.mojo``; given code; CPU only). Returns [1, out]."""
+    ``norm_one_row`` (``course/kernels/layer.mojo``; given code; CPU only). ``weight`` is float32, or a quantized
+    format's blocks (``format``, one of FUSED). Returns [1, out], out the bias's size."""
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
     from course.runtime import kernels
 
-    out_dim, in_dim = weight.shape
     device = DeviceRef.from_device(weight.device)
     eps = F.constant([norm.eps], DType.float32, weight.device)
-    (y,) = F.custom("norm_one_row", device, [x.reshape([1, in_dim]), norm.weight, norm.bias, eps, weight, bias],
-                    [TensorType(DType.float32, [1, out_dim], device)], parameters={"gelu": gelu},
-                    custom_extensions=kernels())
+    (y,) = F.custom("norm_one_row", device, [x.reshape([1, x.shape[-1]]), norm.weight, norm.bias, eps, weight, bias],
+                    [TensorType(DType.float32, [1, bias.shape[0]], device)],
+                    parameters={"gelu": gelu, "format": format}, custom_extensions=kernels())
     return y
 
 
-def one_row_add_kernel(x: Tensor, linear: Linear, stream: Tensor) -> Tensor:
-    """``stream + linear(x)`` for a single row, as one op: the Mojo kernel ``one_row_add`` (given code; CPU only)."""
+def one_row_add_kernel(x: Tensor, linear: Module, stream: Tensor) -> Tensor:
+    """``stream + linear(x)`` for a single row, as one op: the Mojo kernel ``one_row_add`` (given code; CPU only).
+    ``linear``: a Linear, or a quantized one in a format of FUSED."""
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
     from course.runtime import kernels
 
-    out_dim, in_dim = linear.weight.shape
     device = DeviceRef.from_device(linear.weight.device)
-    (y,) = F.custom("one_row_add", device, [x.reshape([1, in_dim]), linear.weight, linear.bias, stream],
-                    [TensorType(DType.float32, [1, out_dim], device)], custom_extensions=kernels())
+    (y,) = F.custom("one_row_add", device, [x.reshape([1, -1]), linear.weight, linear.bias, stream],
+                    [TensorType(DType.float32, [1, linear.bias.shape[0]], device)],
+                    parameters={"format": format_of(linear)}, custom_extensions=kernels())
     return y
 
 
 class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
     """Step 16's model with every one-row product, the head's too, and the attention by the Mojo kernels;
-    in float32, each block's decode step in five ops."""
+    in float32, q4_k and q6_k, each block's decode step in five ops."""
 
     linear, one_row, attend = KernelDecodeLinear, staticmethod(one_row_kernel), staticmethod(attend_kernel)
 
     def decode(self, input_ids: Tensor, past_keys: list[Tensor], past_values: list[Tensor]):
         """``DecodeGPT2LMHeadModel.decode`` with each layer norm and the small ops after each product in the
         product's op: a block is ln_1 and c_attn, the attention, attn.c_proj and the residual add, ln_2, c_fc and
-        GELU, mlp.c_proj and the residual add. With quantized Linears, ``DecodeGPT2LMHeadModel.decode``."""
-        body = self.transformer
-        if isinstance(self.head, Module):  # quantize_model swapped the head, as every Linear, for a quantized one
+        GELU, mlp.c_proj and the residual add. With quantized Linears in a format not in FUSED (q4_0),
+        ``DecodeGPT2LMHeadModel.decode``, with MAX's products."""
+        body, head = self.transformer, self.head
+        quantized = isinstance(head, Module)  # quantize_model swapped the head, as every Linear, for a quantized one
+        if quantized and head.name not in FUSED:
             return super().decode(input_ids, past_keys, past_values)
         x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])
         x = x.reshape([1, x.shape[-1]])
         keys, values = [], []
         for block, past_k, past_v in zip(body.h, past_keys, past_values):
             attn, mlp = block.attn, block.mlp
-            y, k, v = self.attend(norm_one_row_kernel(x, block.ln_1, attn.c_attn.weight, attn.c_attn.bias),
-                                  past_k, past_v)
+            y, k, v = self.attend(norm_one_row_kernel(x, block.ln_1, attn.c_attn.weight, attn.c_attn.bias,
+                                                      format=format_of(attn.c_attn)), past_k, past_v)
             x = one_row_add_kernel(y, attn.c_proj, x)
-            x = one_row_add_kernel(norm_one_row_kernel(x, block.ln_2, mlp.c_fc.weight, mlp.c_fc.bias, gelu=True),
-                                   mlp.c_proj, x)
+            x = one_row_add_kernel(norm_one_row_kernel(x, block.ln_2, mlp.c_fc.weight, mlp.c_fc.bias, gelu=True,
+                                                       format=format_of(mlp.c_fc)), mlp.c_proj, x)
             keys.append(k)
             values.append(v)
         wte = body.wte.weight
         no_bias = F.zeros([wte.shape[0]], dtype=wte.dtype, device=wte.device)
-        return norm_one_row_kernel(x, body.ln_f, wte, no_bias), keys, values
+        return norm_one_row_kernel(x, body.ln_f, head.weight if quantized else wte, no_bias,
+                                   format=head.name if quantized else "f32"), keys, values
 
 
 

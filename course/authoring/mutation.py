@@ -147,8 +147,9 @@ TARGETS: dict[str, tuple[str, ...]] = {
                                         "tests/test_step_24_llama_cache.py::test_greedy_with_the_cache_matches_without_it"),
     "solutions/step_14_pretrained.py": ("tests/test_step_14_pretrained.py", "tests/test_checkpoints.py"),
     "solutions/step_15_kv_cache.py": ("tests/test_step_15_kv_cache.py",),
-    "solutions/step_16_memory_limit.py": ("tests/test_step_16_memory_limit.py",  # and the quantized kernel road
-                                          "tests/test_quantize.py::test_the_kernel_road_gives_the_cached_q4_0_logits"),
+    "solutions/step_16_memory_limit.py": ("tests/test_step_16_memory_limit.py",  # and the quantized kernel roads
+                                          "tests/test_quantize.py::test_the_kernel_road_gives_the_cached_q4_0_logits",
+                                          "tests/test_quantize.py::test_the_fused_kernel_road_gives_the_rounded_models_logits"),
     "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
         "step_18_rms_norm", "step_19_rope", "step_20_swiglu", "step_21_gqa", "step_22_llama_model",
@@ -335,11 +336,16 @@ _CPU_ONLY = ("the fused kernels run on the CPU only, where a new tensor's defaul
 _PREFILL = "super().__init__(self.model, self.config, self.device)"
 _DECODE_ROWS = 'rows = TensorType(self.cache_dtype, ["past", heads, head_dim], self.device)'
 _NEW_ID = "new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)"
+_NORM_OP = ('(y,) = F.custom("norm_one_row", device, [x.reshape([1, x.shape[-1]]), norm.weight, norm.bias, eps, '
+            'weight, bias],')
 #: Step 16's given code (solutions/step_16_memory_limit.py).
 _STEP_16 = {
     **{(_S16, "x_norm_one_row_kernel", _EPS, after): _CPU_ONLY for after in (
         _EPS.replace("DType.float32", "None"), _EPS.replace("weight.device", "None"),
         _EPS.replace("weight.device", ""))},
+    (_S16, "x_norm_one_row_kernel", _NORM_OP, _NORM_OP.replace("x.shape[-1]", "x.shape[+1]")):
+        "x is [1, C] at every call (decode reshapes the embedded row to [1, C], and each fused op returns [1, out]): "
+        "axis +1 is axis -1",
     (_S16, "x_attend_in_place", "scores = F.concat([(past_k * q).sum(-1), (k * q).sum(-1)], axis=0) * scale",
      "scores = F.concat([(past_k * q).sum(-1), (k * q).sum(-1)], ) * scale"):
         "F.concat's axis defaults to 0: the same scores",

@@ -8,38 +8,84 @@
 # with the product beside them, so a block is five ops: norm_one_row (ln_1 and c_attn),
 # the attention, one_row_add (attn.c_proj and the residual), norm_one_row with GELU (ln_2
 # and c_fc), one_row_add (mlp.c_proj and the residual). The weights are read as
-# one_row reads them (dot_rows); the rest is done once, on the 768 numbers of x or y.
+# one_row reads them (dot_rows), or, for GGUF's q4_k and q6_k blocks (``format``), as
+# q4_k.mojo and q6_k.mojo read them; the rest is done once, on the 768 numbers of x or y.
 
 import extensibility as compiler
 from extensibility import InputTensor, OutputTensor
 from max.algorithm import sync_parallelize
 from max.gpu.host import DeviceContext
 from std.math import sqrt, tanh
+from std.sys import size_of
 from std.sys.info import num_physical_cores
 
 from .one_row import WIDTH, dot_rows
+from .q4_k import FourBitPartner, q4_k_rows
+from .q6_k import EightBitRow, q6_k_rows
 
 
 # ANCHOR: fused
+@always_inline
+def products[format: StaticString, epilogue: def(Int, Int) capturing -> None](
+    dst: UnsafePointer[mut=True, Float32, _], x: UnsafePointer[Float32, _], w: UnsafePointer[UInt8, _],
+    n: Int, k: Int, stride: Int,
+):
+    """dst[r] = W's row r times x for r < n, W in ``format`` (f32, q4_k, q6_k; ``stride`` bytes a row), each core
+    one contiguous band of rows, then ``epilogue(start, end)`` on that band's outputs."""
+    var cores = num_physical_cores()
+    comptime if format == "f32":
+        var weights = w.bitcast[Float32]()
+
+        def band(core: Int) {imm}:
+            var start, end = n * core // cores, n * (core + 1) // cores
+            dot_rows(dst, x, weights, start, end, k)
+            epilogue(start, end)
+
+        sync_parallelize(band, cores)
+    elif format == "q4_k":
+        var row = FourBitPartner(x, k)
+        var values, scales, sums = row.values.unsafe_ptr(), row.scales.unsafe_ptr(), row.sums.unsafe_ptr()
+
+        def band4(core: Int) {imm}:
+            var start, end = n * core // cores, n * (core + 1) // cores
+            q4_k_rows(dst, values, scales, sums, w, start, end, k, stride)
+            epilogue(start, end)
+
+        sync_parallelize(band4, cores)
+        _ = row^  # x's 8 bits live until every core is done
+    else:
+        comptime assert format == "q6_k", "products: format is f32, q4_k or q6_k"
+        var row = EightBitRow(x, k)
+        var values, scales, offsets = row.values.unsafe_ptr(), row.scales.unsafe_ptr(), row.offsets.unsafe_ptr()
+
+        def band6(core: Int) {imm}:
+            var start, end = n * core // cores, n * (core + 1) // cores
+            q6_k_rows(dst, values, scales, offsets, w, start, end, k, stride)
+            epilogue(start, end)
+
+        sync_parallelize(band6, cores)
+        _ = row^
+
+
 @compiler.register("norm_one_row")
 struct NormOneRow:
-    """y = W @ layer_norm(x) + b, and GELU (tanh) of it where ``gelu``: x [1, K], W [N, K] -> y [1, N]."""
+    """y = W @ layer_norm(x) + b, and GELU (tanh) of it where ``gelu``: x [1, K], W [N, K] in ``format`` -> y [1, N]."""
 
     @staticmethod
-    def execute[target: StaticString, gelu: Bool](
+    def execute[target: StaticString, gelu: Bool, format: StaticString](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],
         gamma: InputTensor[dtype=DType.float32, rank=1, ...],  # the layer norm's weight and bias [K]
         beta: InputTensor[dtype=DType.float32, rank=1, ...],
         eps: InputTensor[dtype=DType.float32, rank=1, ...],  # [1]: the layer norm's epsilon
-        w: InputTensor[dtype=DType.float32, rank=2, ...],
+        w: InputTensor[rank=2, ...],  # float32 [N, K], or a quantized format's blocks, uint8 [N or more, bytes a row]
         b: InputTensor[dtype=DType.float32, rank=1, ...],  # [N]: the product's bias
         ctx: DeviceContext,
     ) raises:
         comptime if target != "cpu":
             raise Error("norm_one_row is a CPU kernel; on a GPU the course keeps MAX's ops")
-        var n = w.dim_size(0)
-        var k = w.dim_size(1)
+        var n = y.dim_size(1)
+        var k = x.dim_size(1)
         var xs = x.unsafe_ptr()
         # The layer norm of the one row, once: its mean, then its variance about the mean.
         var normed = List[Float32](length=k, fill=0)
@@ -55,54 +101,42 @@ struct NormOneRow:
         for c in range(k):
             z.store(c, (xs.load(c) - mean) * scale * gamma.unsafe_ptr().load(c) + beta.unsafe_ptr().load(c))
         var out = y.unsafe_ptr()
-        var weights = w.unsafe_ptr()
         var bias = b.unsafe_ptr()
-        var cores = num_physical_cores()
 
-        def band(core: Int) {imm}:  # each core one contiguous band of W's rows, then their bias and GELU
-            var start = n * core // cores
-            var end = n * (core + 1) // cores
-            dot_rows(out, z, weights, start, end, k)
+        def finish(start: Int, end: Int) capturing:  # each band's bias, and GELU
             for r in range(start, end):
                 var v = out.load(r) + bias.load(r)
                 comptime if gelu:
                     v = 0.5 * v * (1 + tanh(Float32(0.7978845608028654) * (v + 0.044715 * v * v * v)))
                 out.store(r, v)
 
-        sync_parallelize(band, cores)
+        products[format, finish](out, z, w.unsafe_ptr().bitcast[UInt8](), n, k, w.dim_size(1) * size_of[w.dtype]())
         _ = normed^  # the normed row lives until every core is done
 
 
 @compiler.register("one_row_add")
 struct OneRowAdd:
-    """y = r + W @ x + b: a product, its bias and the residual stream r [1, N] it adds to."""
+    """y = r + W @ x + b: a product (W in ``format``), its bias and the residual stream r [1, N] it adds to."""
 
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, format: StaticString](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],
-        w: InputTensor[dtype=DType.float32, rank=2, ...],
+        w: InputTensor[rank=2, ...],
         b: InputTensor[dtype=DType.float32, rank=1, ...],
         residual: InputTensor[dtype=DType.float32, rank=2, ...],
         ctx: DeviceContext,
     ) raises:
         comptime if target != "cpu":
             raise Error("one_row_add is a CPU kernel; on a GPU the course keeps MAX's ops")
-        var n = w.dim_size(0)
-        var k = w.dim_size(1)
         var out = y.unsafe_ptr()
-        var row = x.unsafe_ptr()
-        var weights = w.unsafe_ptr()
         var bias = b.unsafe_ptr()
         var stream = residual.unsafe_ptr()
-        var cores = num_physical_cores()
 
-        def band(core: Int) {imm}:
-            var start = n * core // cores
-            var end = n * (core + 1) // cores
-            dot_rows(out, row, weights, start, end, k)
+        def finish(start: Int, end: Int) capturing:
             for r in range(start, end):
                 out.store(r, stream.load(r) + out.load(r) + bias.load(r))
 
-        sync_parallelize(band, cores)
+        products[format, finish](out, x.unsafe_ptr(), w.unsafe_ptr().bitcast[UInt8](), y.dim_size(1), x.dim_size(1),
+                                 w.dim_size(1) * size_of[w.dtype]())
 # ANCHOR_END: fused

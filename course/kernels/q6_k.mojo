@@ -120,6 +120,42 @@ def scaled_block(p: UnsafePointer[UInt8, _], x: UnsafePointer[Int8, _], offsets:
     return q6_k_block(p, x, offsets).cast[DType.float32]() * d
 
 
+@always_inline
+def q6_k_rows(dst: UnsafePointer[mut=True, Float32, _], values: UnsafePointer[Int8, _], scales: UnsafePointer[Float32, _], offsets: UnsafePointer[Int16, _],
+              weights: UnsafePointer[UInt8, _],
+              start: Int, end: Int, k: Int, stride: Int):
+    """dst[r] = the dot product of W's row r (``stride`` bytes of q6_k blocks) with the row x rounded to 8 bits,
+    for the rows start to end, four at a time."""
+    var r = start
+    while r + ROWS <= end:
+        var t0 = SIMD[DType.float32, 16](0)
+        var t1 = SIMD[DType.float32, 16](0)
+        var t2 = SIMD[DType.float32, 16](0)
+        var t3 = SIMD[DType.float32, 16](0)
+        var p = weights + r * stride
+        for b in range(k // 256):
+            var block = p + 210 * b
+            comptime for ahead in range(AHEAD, AHEAD + ROWS):
+                comptime for line in range(0, 210, 64):
+                    prefetch[PrefetchOptions().for_read().low_locality()](block + ahead * stride + line)
+            var xb, ob, xs = values + 256 * b, offsets + 128 * b, scales.load(b)
+            t0 += scaled_block(block, xb, ob, xs)
+            t1 += scaled_block(block + stride, xb, ob, xs)
+            t2 += scaled_block(block + 2 * stride, xb, ob, xs)
+            t3 += scaled_block(block + 3 * stride, xb, ob, xs)
+        dst.store(r, t0.reduce_add())
+        dst.store(r + 1, t1.reduce_add())
+        dst.store(r + 2, t2.reduce_add())
+        dst.store(r + 3, t3.reduce_add())
+        r += ROWS
+    while r < end:  # the last rows, one at a time
+        var total = SIMD[DType.float32, 16](0)
+        for b in range(k // 256):
+            total += scaled_block(weights + r * stride + 210 * b, values + 256 * b, offsets + 128 * b, scales.load(b))
+        dst.store(r, total.reduce_add())
+        r += 1
+
+
 @compiler.register("one_row_q6_k")
 struct OneRowQ6K:
     @staticmethod
@@ -135,43 +171,15 @@ struct OneRowQ6K:
         var k = x.dim_size(1)
         var stride = w.dim_size(1)  # bytes a row: K / 256 blocks of 210
         var row = EightBitRow(x.unsafe_ptr(), k)
+        var out = y.unsafe_ptr()
+        var weights = w.unsafe_ptr()
         var values = row.values.unsafe_ptr()
         var scales = row.scales.unsafe_ptr()
         var offsets = row.offsets.unsafe_ptr()
-        var out = y.unsafe_ptr()
-        var weights = w.unsafe_ptr()
         var cores = num_physical_cores()
 
         def band(core: Int) {imm}:  # each core one contiguous band of W's rows
-            var r = n * core // cores
-            var end = n * (core + 1) // cores
-            while r + ROWS <= end:
-                var t0 = SIMD[DType.float32, 16](0)
-                var t1 = SIMD[DType.float32, 16](0)
-                var t2 = SIMD[DType.float32, 16](0)
-                var t3 = SIMD[DType.float32, 16](0)
-                var p = weights + r * stride
-                for b in range(k // 256):
-                    var block = p + 210 * b
-                    comptime for ahead in range(AHEAD, AHEAD + ROWS):
-                        comptime for line in range(0, 210, 64):
-                            prefetch[PrefetchOptions().for_read().low_locality()](block + ahead * stride + line)
-                    var xb, ob, xs = values + 256 * b, offsets + 128 * b, scales.load(b)
-                    t0 += scaled_block(block, xb, ob, xs)
-                    t1 += scaled_block(block + stride, xb, ob, xs)
-                    t2 += scaled_block(block + 2 * stride, xb, ob, xs)
-                    t3 += scaled_block(block + 3 * stride, xb, ob, xs)
-                out.store(r, t0.reduce_add())
-                out.store(r + 1, t1.reduce_add())
-                out.store(r + 2, t2.reduce_add())
-                out.store(r + 3, t3.reduce_add())
-                r += ROWS
-            while r < end:  # the last rows of the band, one at a time
-                var total = SIMD[DType.float32, 16](0)
-                for b in range(k // 256):
-                    total += scaled_block(weights + r * stride + 210 * b, values + 256 * b, offsets + 128 * b, scales.load(b))
-                out.store(r, total.reduce_add())
-                r += 1
+            q6_k_rows(out, values, scales, offsets, weights, n * core // cores, n * (core + 1) // cores, k, stride)
 
         sync_parallelize(band, cores)
         _ = row^  # x's 8 bits live until every core is done

@@ -74,8 +74,8 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     ``kernel`` (with ``decode``, on the CPU): step 16's ``KernelGPT2LMHeadModel``, whose attention
     and one-row products are the course's Mojo kernels. With ``quantize`` too, its attention
     reads a float16 cache (as llama.cpp's does), and its one-row products are the Mojo kernel
-    of the formats that have one (``course.programs.generate.ONE_ROW_KERNELS``: q6_k) and
-    MAX's ``qmatmul`` for the others. ``prefill_from`` (with ``decode``): step 16's shortest prompt that
+    of the formats that have one (``course.programs.generate.ONE_ROW_KERNELS``: q4_k and q6_k, each
+    with its layer norm, bias, GELU and residual add in the product's op) and MAX's ``qmatmul`` for q4_0. ``prefill_from`` (with ``decode``): step 16's shortest prompt that
     runs the prefill graph, compiled on its first use; shorter ones go through the decode graph token by token.
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
