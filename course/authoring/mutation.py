@@ -136,6 +136,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "the_diagrams_command_writes_them_and_its_check_names_the_stale_ones")),
     # chapter 16's op profile: on canned logs and a stand-in child (its output is a measurement)
     "course/authoring/op_profile.py": ("tests/test_op_profile.py",),
+    # chapter 16's one-op repro: its table on a small matrix, with a stand-in clock (its times are measurements)
+    "course/authoring/one_row.py": ("tests/test_one_row.py",),
     "solutions/step_01_config.py": ("tests/test_step_01_config.py",),
     "solutions/step_02_causal_mask.py": ("tests/test_step_02_causal_mask.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
@@ -925,6 +927,21 @@ _OP_PROFILE = {
      'f"{1000001.0 * median[name] / max(count[name], 1):.0f}")'): "a millionth more µs, below the whole µs shown",
 }
 
+_OR = "course/authoring/one_row.py"
+_OR_STEPS = 'return import_steps("solutions", SOLUTIONS, [16])[16]'
+_OR_MB = 'print(f"one row [1, {args.width}] times a weight [{args.rows}, {args.width}] ({w.nbytes / 1e6:.0f} MB), "'
+_ONE_ROW = {
+    **{(_OR, "x__step16", _OR_STEPS, _OR_STEPS.replace('"solutions"', after)):
+       "handed the solutions' folder, import_steps reads it whatever the target is called (only 'steps' is checked "
+       "for stubs)" for after in ("None", '"XXsolutionsXX"', '"SOLUTIONS"')},
+    (_OR, "x_main", "rng = np.random.default_rng(0)", "rng = np.random.default_rng(1)"):
+        "another seed draws another Gaussian matrix and row of the same sizes: the same bytes to read, the same "
+        "order of |Δ|, and still the same from run to run",
+    (_OR, "x_main", "gb = w.nbytes / 1e9", "gb = w.nbytes / 1000000001.0"):
+        "a billionth of the GB/s, which is shown to one decimal",
+    (_OR, "x_main", _OR_MB, _OR_MB.replace("1e6", "1000001.0")): "a millionth of the MB, which are shown whole",
+}
+
 _PYTEST_PLUGIN = {
     ("course/check/pytest_plugin.py", "x_pytest_configure", 'config.option.reportchars += "s"',
      'config.option.reportchars += "S"'): "pytest reads -rS as -rs (an old alias it lowercases)",
@@ -997,6 +1014,7 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_RENDER,
     **_DIAGRAMS,
     **_OP_PROFILE,
+    **_ONE_ROW,
 }
 
 #: The reason given for every mutant that :func:`rewords_a_message` sets aside.
