@@ -140,3 +140,42 @@ struct OneRowAdd:
         products[format, finish](out, x.unsafe_ptr(), w.unsafe_ptr().bitcast[UInt8](), y.dim_size(1), x.dim_size(1),
                                  w.dim_size(1) * size_of[w.dtype]())
 # ANCHOR_END: fused
+
+
+# The same products with nothing before or after them, for a QuantizedLinear's single row
+# (course.programs.quantize.one_row_kernel): y [1, N] = x [1, K] times W's first N rows.
+def bare[format: StaticString](y: OutputTensor[dtype=DType.float32, rank=2, ...],
+                               x: InputTensor[dtype=DType.float32, rank=2, ...],
+                               w: InputTensor[dtype=DType.uint8, rank=2, ...]):
+    def nothing(start: Int, end: Int) capturing:
+        pass
+
+    products[format, nothing](y.unsafe_ptr(), x.unsafe_ptr(), w.unsafe_ptr(), y.dim_size(1), x.dim_size(1), w.dim_size(1))
+
+
+@compiler.register("one_row_q4_k")
+struct OneRowQ4K:
+    @staticmethod
+    def execute[target: StaticString](
+        y: OutputTensor[dtype=DType.float32, rank=2, ...],
+        x: InputTensor[dtype=DType.float32, rank=2, ...],
+        w: InputTensor[dtype=DType.uint8, rank=2, ...],
+        ctx: DeviceContext,
+    ) raises:
+        comptime if target != "cpu":
+            raise Error("one_row_q4_k is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
+        bare["q4_k"](y, x, w)
+
+
+@compiler.register("one_row_q6_k")
+struct OneRowQ6K:
+    @staticmethod
+    def execute[target: StaticString](
+        y: OutputTensor[dtype=DType.float32, rank=2, ...],
+        x: InputTensor[dtype=DType.float32, rank=2, ...],
+        w: InputTensor[dtype=DType.uint8, rank=2, ...],
+        ctx: DeviceContext,
+    ) raises:
+        comptime if target != "cpu":
+            raise Error("one_row_q6_k is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
+        bare["q6_k"](y, x, w)

@@ -1,6 +1,6 @@
 # One row times a weight matrix stored in GGUF's q4_k blocks, y = x @ Wᵀ for x [1, K]:
-# q6_k.mojo's product for q4_k, as a MAX custom op, and the loop that layer.mojo's fused
-# ops run for q4_k weights.
+# q6_k.mojo's product for q4_k: the loop that layer.mojo's ops run for q4_k weights (one_row_q4_k,
+# and the fused ones).
 #
 # A q4_k block holds 256 weights in 144 bytes: two fp16 numbers d and dmin, eight 6-bit
 # scales and eight 6-bit mins (one of each for every group of 32 weights, packed in 12
@@ -16,12 +16,7 @@
 # part is summed in lanes of its own, so that nothing is reduced until a row ends.
 # Four rows of W at a time, as in q6_k.mojo.
 
-import extensibility as compiler
-from extensibility import InputTensor, OutputTensor
-from max.algorithm import sync_parallelize
-from max.gpu.host import DeviceContext
 from std.memory import bitcast
-from std.sys.info import num_physical_cores
 from std.sys.intrinsics import PrefetchOptions, prefetch
 
 from .q6_k import AHEAD, ROWS, EightBitRow, pairs_of_bytes, pairs_of_shorts
@@ -147,33 +142,4 @@ def q4_k_rows(dst: UnsafePointer[mut=True, Float32, _], values: UnsafePointer[In
             t.add(weights + r * stride + BLOCK * b, values + 256 * b, sums.load[width=8](8 * b), scales.load(b))
         dst.store(r, t.total())
         r += 1
-
-
-@compiler.register("one_row_q4_k")
-struct OneRowQ4K:
-    @staticmethod
-    def execute[target: StaticString](
-        y: OutputTensor[dtype=DType.float32, rank=2, ...],
-        x: InputTensor[dtype=DType.float32, rank=2, ...],
-        w: InputTensor[dtype=DType.uint8, rank=2, ...],
-        ctx: DeviceContext,
-    ) raises:
-        comptime if target != "cpu":
-            raise Error("one_row_q4_k is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
-        var n = y.dim_size(1)
-        var k = x.dim_size(1)
-        var stride = w.dim_size(1)  # bytes a row: K / 256 blocks of 144
-        var row = FourBitPartner(x.unsafe_ptr(), k)
-        var out = y.unsafe_ptr()
-        var weights = w.unsafe_ptr()
-        var values = row.values.unsafe_ptr()
-        var scales = row.scales.unsafe_ptr()
-        var sums = row.sums.unsafe_ptr()
-        var cores = num_physical_cores()
-
-        def band(core: Int) {imm}:  # each core one contiguous band of W's rows
-            q4_k_rows(out, values, scales, sums, weights, n * core // cores, n * (core + 1) // cores, k, stride)
-
-        sync_parallelize(band, cores)
-        _ = row^  # x's 8 bits live until every core is done
 # ANCHOR_END: q4_k

@@ -1,5 +1,6 @@
 # One row times a weight matrix stored in GGUF's q6_k blocks, y = x @ Wᵀ for x [1, K]:
-# chapter 16's one-row product for a quantized format, as a MAX custom op.
+# chapter 16's one-row product for a quantized format: the loop that layer.mojo's ops run for
+# q6_k weights (one_row_q6_k, and the fused ones).
 #
 # A quantized decode step still reads every weight once, but a weight is now 6.6 bits,
 # and unpacking it costs about as much as reading it: inside the model MAX's own q6_k
@@ -10,13 +11,8 @@
 # four rows of W at a time, so that four rows' loads are in flight while one waits.
 # (The same for q4_0 measured slower than MAX's own q4_0 product: chapter 16.)
 
-import extensibility as compiler
-from extensibility import InputTensor, OutputTensor
-from max.algorithm import sync_parallelize
-from max.gpu.host import DeviceContext
 from std.memory import bitcast
 from std.sys import CompilationTarget, llvm_intrinsic
-from std.sys.info import num_physical_cores
 from std.sys.intrinsics import PrefetchOptions, prefetch
 
 comptime ROWS = 4  # rows of W at a time: four sums in flight, x read once for them
@@ -154,33 +150,4 @@ def q6_k_rows(dst: UnsafePointer[mut=True, Float32, _], values: UnsafePointer[In
             total += scaled_block(weights + r * stride + 210 * b, values + 256 * b, offsets + 128 * b, scales.load(b))
         dst.store(r, total.reduce_add())
         r += 1
-
-
-@compiler.register("one_row_q6_k")
-struct OneRowQ6K:
-    @staticmethod
-    def execute[target: StaticString](
-        y: OutputTensor[dtype=DType.float32, rank=2, ...],
-        x: InputTensor[dtype=DType.float32, rank=2, ...],
-        w: InputTensor[dtype=DType.uint8, rank=2, ...],
-        ctx: DeviceContext,
-    ) raises:
-        comptime if target != "cpu":
-            raise Error("one_row_q6_k is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
-        var n = y.dim_size(1)
-        var k = x.dim_size(1)
-        var stride = w.dim_size(1)  # bytes a row: K / 256 blocks of 210
-        var row = EightBitRow(x.unsafe_ptr(), k)
-        var out = y.unsafe_ptr()
-        var weights = w.unsafe_ptr()
-        var values = row.values.unsafe_ptr()
-        var scales = row.scales.unsafe_ptr()
-        var offsets = row.offsets.unsafe_ptr()
-        var cores = num_physical_cores()
-
-        def band(core: Int) {imm}:  # each core one contiguous band of W's rows
-            q6_k_rows(out, values, scales, offsets, weights, n * core // cores, n * (core + 1) // cores, k, stride)
-
-        sync_parallelize(band, cores)
-        _ = row^  # x's 8 bits live until every core is done
 # ANCHOR_END: q6_k
