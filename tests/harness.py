@@ -277,11 +277,10 @@ def load_weights(module, state: dict[str, np.ndarray], model: str = "GPT-2") -> 
         shape = [int(d) for d in params[name].shape] if name in params else None
         if shape == list(value.shape):
             continue
-        todo = todo_named(source, name.split(".")[0])
         if shape is None:
-            missing, part = _missing(module, name, model)
-            fail(f"{missing} — {todo_named(source, part) if part else todo}")
-        fail(f"{owner}.{name} has shape {shape}, but {model}'s is {list(value.shape)} — {todo}")
+            fail(missing_parameter(module, name, model))
+        fail(f"{owner}.{name} has shape {shape}, but {model}'s is {list(value.shape)} — "
+             f"{todo_named(source, name.split('.')[0])}")
     extra = sorted(set(params) - set(state))
     if extra:
         todo = todo_named(source, extra[0].split(".")[0])
@@ -311,6 +310,13 @@ def forward(module, *inputs: np.ndarray, what: str | None = None, **kwargs):
         return runtime.to_numpy(result)
     except Exception as error:  # noqa: BLE001 - a lazily-raised MAX error is still the learner's
         fail(f"{what} gave a value MAX could not compute: {explain_exception(error, None)}")
+
+
+def missing_parameter(module, name: str, model: str = "GPT-2") -> str:
+    """Why checkpoint parameter ``name`` is not on ``module``, with the TODO that would set it."""
+    source = _source_file(type(module))
+    missing, part = _missing(module, name, model)
+    return f"{missing} — {todo_named(source, part or name.split('.')[0])}"
 
 
 def _missing(module, name: str, model: str = "GPT-2") -> tuple[str, str | None]:

@@ -35,7 +35,8 @@ import transformers
 
 from course.runtime import to_numpy
 from harness import (
-    Mistake, assert_close, attribute, build, fail, forward, load_weights, matching_mistake, solution, todo_in
+    Mistake, assert_close, attribute, build, fail, forward, load_weights, matching_mistake, missing_parameter, solution,
+    todo_in
 )
 from reference import DEFAULT_EPS, SMALL, hf_config, run_layer_norm, run_masked, seeded, to_max_state, token_ids
 
@@ -194,6 +195,10 @@ def test_parameter_count_matches_gpt2_sizes(step):
         mine = build(cls, config_class(**sizes))  # lazily: no weight is computed
         total = sum(int(np.prod([int(d) for d in value.shape])) for _, value in mine.parameters)
         with torch.device("meta"):  # nor here
-            theirs = transformers.GPT2Model(hf_config(**sizes)).num_parameters()
+            reference = transformers.GPT2Model(hf_config(**sizes))
+        theirs = reference.num_parameters()
         if total != theirs:
-            fail(f"{name}: your GPT2Model has {total:,} parameters, Hugging Face's {theirs:,}")
+            names = dict(mine.parameters)
+            lacking = [key for key, _ in reference.named_parameters() if key not in names]
+            why = f": {missing_parameter(mine, lacking[0])}" if lacking else ""
+            fail(f"{name}: your GPT2Model has {total:,} parameters, Hugging Face's {theirs:,}{why}")
