@@ -247,10 +247,6 @@ def attend_kernel(qkv: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, 
     return y, k, v
 
 
-#: The quantized formats (``course.programs.quantize``) whose products the fused kernels take, as float32's.
-FUSED = ("q4_k", "q6_k")
-
-
 def format_of(linear: Module) -> str:
     """A product's weight format for the fused kernels: f32, or a quantized Linear's (quantize's ``name``)."""
     from max.dtype import DType
@@ -262,7 +258,7 @@ def norm_one_row_kernel(x: Tensor, norm: Module, weight: Tensor, bias: Tensor, g
                         format: str = "f32") -> Tensor:
     """``weight @ norm(x) + bias`` for a single row x, and GELU of it where ``gelu``, as one op: the Mojo kernel
     ``norm_one_row`` (``course/kernels/layer.mojo``; given code; CPU only). ``weight`` is float32, or a quantized
-    format's blocks (``format``, one of FUSED). Returns [1, out], out the bias's size."""
+    format's blocks (``format``: q4_0, q4_k or q6_k). Returns [1, out], out the bias's size."""
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
@@ -278,7 +274,7 @@ def norm_one_row_kernel(x: Tensor, norm: Module, weight: Tensor, bias: Tensor, g
 
 def one_row_add_kernel(x: Tensor, linear: Module, stream: Tensor) -> Tensor:
     """``stream + linear(x)`` for a single row, as one op: the Mojo kernel ``one_row_add`` (given code; CPU only).
-    ``linear``: a Linear, or a quantized one in a format of FUSED."""
+    ``linear``: a Linear, or a quantized one (``course.programs.quantize``)."""
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
@@ -293,19 +289,16 @@ def one_row_add_kernel(x: Tensor, linear: Module, stream: Tensor) -> Tensor:
 
 class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
     """Step 16's model with every one-row product, the head's too, and the attention by the Mojo kernels;
-    in float32, q4_k and q6_k, each block's decode step in five ops."""
+    in float32 and in every quantized format, each block's decode step in five ops."""
 
     linear, one_row, attend = KernelDecodeLinear, staticmethod(one_row_kernel), staticmethod(attend_kernel)
 
     def decode(self, input_ids: Tensor, past_keys: list[Tensor], past_values: list[Tensor]):
         """``DecodeGPT2LMHeadModel.decode`` with each layer norm and the small ops after each product in the
         product's op: a block is ln_1 and c_attn, the attention, attn.c_proj and the residual add, ln_2, c_fc and
-        GELU, mlp.c_proj and the residual add. With quantized Linears in a format not in FUSED (q4_0),
-        ``DecodeGPT2LMHeadModel.decode``, with MAX's products."""
+        GELU, mlp.c_proj and the residual add. Quantized Linears (q4_0, q4_k, q6_k) are read in their blocks."""
         body, head = self.transformer, self.head
         quantized = isinstance(head, Module)  # quantize_model swapped the head, as every Linear, for a quantized one
-        if quantized and head.name not in FUSED:
-            return super().decode(input_ids, past_keys, past_values)
         x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])
         x = x.reshape([1, x.shape[-1]])
         keys, values = [], []

@@ -244,6 +244,32 @@ def test_the_mojo_kernel_matches_numpy(name, mojo_kernels):
                                      f"differ, by up to {worst_few.max():.2e} of the largest output")
 
 
+def test_the_q4_0_kernel_takes_a_last_block_alone(mojo_kernels):
+    """q4_0's kernel unpacks two blocks of 32 at a time; a width of 96 leaves a third, which it takes alone, both
+    four rows at a time and one row at a time (45 rows: on 2 cores, bands of 22 and 23), as MAX's qmatmul does"""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.tensor import Tensor, TensorType
+
+    from course.programs.quantize import QuantizedLinear, dequantize_rows, quantize_rows
+    rng = np.random.default_rng(96)
+    weight = (rng.standard_normal((45, 96)) * 0.05).astype(np.float32)
+    bias = rng.standard_normal(45).astype(np.float32)
+    x = rng.standard_normal((1, 1, 96)).astype(np.float32)
+    expected = x @ dequantize_rows(quantize_rows(weight, "q4_0"), "q4_0").T + bias
+    got = {}
+    for kernel in (True, False):
+        run = QuantizedLinear(weight, bias, "q4_0", kernel).compile(TensorType(DType.float32, list(x.shape), CPU()))
+        got[kernel] = np.asarray(run(Tensor.from_dlpack(x)).to_numpy())
+    apart = np.abs(got[True] - got[False]).max(axis=(0, 1)) / np.abs(expected).max()
+    worst = float(np.abs(got[True] - expected).max() / np.abs(expected).max())
+    print(f"q4_0, 3 blocks a row: the kernel's largest |Δ| = {worst:.2%} of the largest output (bound 3%); from "
+          f"qmatmul's {apart.max():.2e}")
+    assert worst <= 0.03 and apart.max() <= 1e-5, (
+        f"q4_0, 3 blocks a row: the Mojo kernel is {worst:.1%} from x @ dequantized(W).T + b (bound 3%) and up to "
+        f"{apart.max():.2e} from qmatmul (bound 1e-5), at rows {np.flatnonzero(apart > 1e-5).tolist()}")
+
+
 @pytest.fixture(scope="module")
 def small_model():
     """A seeded small GPT-2 (Hugging Face's), and the solutions' steps to compile it with."""

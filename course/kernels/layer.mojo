@@ -20,6 +20,7 @@ from std.sys import size_of
 from std.sys.info import num_physical_cores
 
 from .one_row import WIDTH, dot_rows
+from .q4_0 import PairedBytes, q4_0_rows
 from .q4_k import FourBitPartner, q4_k_rows
 from .q6_k import EightBitRow, q6_k_rows
 
@@ -30,7 +31,7 @@ def products[format: StaticString, epilogue: def(Int, Int) capturing -> None](
     dst: UnsafePointer[mut=True, Float32, _], x: UnsafePointer[Float32, _], w: UnsafePointer[UInt8, _],
     n: Int, k: Int, stride: Int,
 ):
-    """dst[r] = W's row r times x for r < n, W in ``format`` (f32, q4_k, q6_k; ``stride`` bytes a row), each core
+    """dst[r] = W's row r times x for r < n, W in ``format`` (f32, q4_0, q4_k, q6_k; ``stride`` bytes a row), each core
     one contiguous band of rows, then ``epilogue(start, end)`` on that band's outputs."""
     var cores = num_physical_cores()
     comptime if format == "f32":
@@ -42,6 +43,17 @@ def products[format: StaticString, epilogue: def(Int, Int) capturing -> None](
             epilogue(start, end)
 
         sync_parallelize(band, cores)
+    elif format == "q4_0":
+        var paired = PairedBytes(x, k)
+        var values0, scales0, offsets0 = paired.values.unsafe_ptr(), paired.scales.unsafe_ptr(), paired.offsets.unsafe_ptr()
+
+        def band0(core: Int) {imm}:
+            var start, end = n * core // cores, n * (core + 1) // cores
+            q4_0_rows(dst, values0, scales0, offsets0, w, start, end, k, stride)
+            epilogue(start, end)
+
+        sync_parallelize(band0, cores)
+        _ = paired^
     elif format == "q4_k":
         var row = FourBitPartner(x, k)
         var values, scales, sums = row.values.unsafe_ptr(), row.scales.unsafe_ptr(), row.sums.unsafe_ptr()
@@ -54,7 +66,7 @@ def products[format: StaticString, epilogue: def(Int, Int) capturing -> None](
         sync_parallelize(band4, cores)
         _ = row^  # x's 8 bits live until every core is done
     else:
-        comptime assert format == "q6_k", "products: format is f32, q4_k or q6_k"
+        comptime assert format == "q6_k", "products: format is f32, q4_0, q4_k or q6_k"
         var row = EightBitRow(x, k)
         var values, scales, offsets = row.values.unsafe_ptr(), row.scales.unsafe_ptr(), row.offsets.unsafe_ptr()
 
@@ -151,6 +163,20 @@ def bare[format: StaticString](y: OutputTensor[dtype=DType.float32, rank=2, ...]
         pass
 
     products[format, nothing](y.unsafe_ptr(), x.unsafe_ptr(), w.unsafe_ptr(), y.dim_size(1), x.dim_size(1), w.dim_size(1))
+
+
+@compiler.register("one_row_q4_0")
+struct OneRowQ40:
+    @staticmethod
+    def execute[target: StaticString](
+        y: OutputTensor[dtype=DType.float32, rank=2, ...],
+        x: InputTensor[dtype=DType.float32, rank=2, ...],
+        w: InputTensor[dtype=DType.uint8, rank=2, ...],
+        ctx: DeviceContext,
+    ) raises:
+        comptime if target != "cpu":
+            raise Error("one_row_q4_0 is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
+        bare["q4_0"](y, x, w)
 
 
 @compiler.register("one_row_q4_k")

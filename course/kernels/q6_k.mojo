@@ -9,7 +9,6 @@
 # 64 products, summed two by two, in one instruction), applies the weights' scales to
 # those sums (vpmaddwd), once for each pair of weights, never to each weight, and takes
 # four rows of W at a time, so that four rows' loads are in flight while one waits.
-# (The same for q4_0 measured slower than MAX's own q4_0 product: chapter 16.)
 
 from std.memory import bitcast
 from std.sys import CompilationTarget, llvm_intrinsic

@@ -43,8 +43,8 @@ ours with it, format for format.
 ``--quantize`` adds step 16's model and cache with its weights in GGUF block formats
 (``course.programs.quantize``), one path per format, with MAX's ``qmatmul``; on the CPU, a
 second path per format (``kernel_<format>``) reads a float16 cache, as llama.cpp's, with the
-course's Mojo attention (``course/kernels/attention.mojo``), and for q4_k and q6_k runs its
-single rows through the course's Mojo kernels (``course/kernels/q4_k.mojo`` and ``q6_k.mojo``),
+course's Mojo attention (``course/kernels/attention.mojo``), and runs its single rows through
+the course's Mojo kernels (``course/kernels/q4_0.mojo``, ``q4_k.mojo`` and ``q6_k.mojo``),
 each with the layer norm before it and the bias, GELU and residual add after it in its op, as
 float32's (``course/kernels/layer.mojo``). Its accuracy cost is measured once,
 in the first round, on held-out text (the checkpoint's ``heldout.txt``, else the

@@ -45,10 +45,10 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: The weight formats of ``--quantize`` (course.programs.quantize.FORMATS has their block sizes).
 QUANTIZE = ("q4_0", "q4_k", "q6_k")
-#: The formats whose single rows a Mojo kernel of the course's multiplies (course/kernels/q4_k.mojo and q6_k.mojo),
-#: with each layer norm, bias, GELU and residual add in the product's op, as float32's (step 16's FUSED); with
-#: ``kernel``, the others (q4_0) keep MAX's qmatmul, and every format's attention is the Mojo kernel's.
-ONE_ROW_KERNELS = ("q4_k", "q6_k")
+#: The formats whose single rows a Mojo kernel of the course's multiplies (course/kernels/q4_0.mojo, q4_k.mojo and
+#: q6_k.mojo), with each layer norm, bias, GELU and residual add in the product's op, as float32's (step 16's
+#: KernelGPT2LMHeadModel): all of quantize's; with ``kernel``, every format's attention is the Mojo kernel's too.
+ONE_ROW_KERNELS = ("q4_0", "q4_k", "q6_k")
 
 #: What the programs need, by step and family: everything up to the weights, and the cache.
 NEEDED = build.NEEDED

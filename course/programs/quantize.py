@@ -26,13 +26,12 @@ it has no NumPy quantizer for the k-quants, so :func:`quantize_rows` packs those
 itself (round to nearest, without llama.cpp's search for the best scales), and
 the tests unpack them with ``gguf`` to check the bytes.
 
-With ``kernel`` (step 16's decode graph, on the CPU), a single row times a q4_k or q6_k
-matrix goes instead through the course's own Mojo kernels (``course/kernels/q4_k.mojo``
-and ``q6_k.mojo``), which round the row to 8 bits as MAX does and multiply bytes by bytes
-(AVX-512's byte products); step 16's ``KernelGPT2LMHeadModel`` calls them inside its fused
-ops (``course/kernels/layer.mojo``), with each layer norm, bias, GELU and residual add.
-(One for q4_0 was slower than MAX's own q4_0 product, and was left out: chapter 16. q4_0
-keeps ``qmatmul`` with ``kernel``; only its attention is the kernel's.)
+With ``kernel`` (step 16's decode graph, on the CPU), a single row times a quantized
+matrix goes instead through the course's own Mojo kernels (``course/kernels/q4_0.mojo``,
+``q4_k.mojo`` and ``q6_k.mojo``), which round the row to 8 bits as MAX does and multiply
+bytes by bytes (AVX-512's byte products); step 16's ``KernelGPT2LMHeadModel`` calls them
+inside its fused ops (``course/kernels/layer.mojo``), with each layer norm, bias, GELU and
+residual add.
 """
 
 from __future__ import annotations
