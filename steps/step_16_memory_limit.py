@@ -235,7 +235,7 @@ def norm_one_row_kernel(x: Tensor, norm: Module, weight: Tensor, bias: Tensor, g
 
     device = DeviceRef.from_device(weight.device)
     eps = F.constant([norm.eps], DType.float32, weight.device)
-    (y,) = F.custom("norm_one_row", device, [x.reshape([1, x.shape[-1]]), norm.weight, norm.bias, eps, weight, bias],
+    (y,) = F.custom("norm_one_row", device, [x.reshape([1, -1]), norm.weight, norm.bias, eps, weight, bias],
                     [TensorType(DType.float32, [1, bias.shape[0]], device)],
                     parameters={"gelu": gelu, "format": format}, custom_extensions=kernels())
     return y

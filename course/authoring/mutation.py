@@ -338,16 +338,11 @@ _CPU_ONLY = ("the fused kernels run on the CPU only, where a new tensor's defaul
 _PREFILL = "super().__init__(self.model, self.config, self.device)"
 _DECODE_ROWS = 'rows = TensorType(self.cache_dtype, ["past", heads, head_dim], self.device)'
 _NEW_ID = "new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)"
-_NORM_OP = ('(y,) = F.custom("norm_one_row", device, [x.reshape([1, x.shape[-1]]), norm.weight, norm.bias, eps, '
-            'weight, bias],')
 #: Step 16's given code (solutions/step_16_memory_limit.py).
 _STEP_16 = {
     **{(_S16, "x_norm_one_row_kernel", _EPS, after): _CPU_ONLY for after in (
         _EPS.replace("DType.float32", "None"), _EPS.replace("weight.device", "None"),
         _EPS.replace("weight.device", ""))},
-    (_S16, "x_norm_one_row_kernel", _NORM_OP, _NORM_OP.replace("x.shape[-1]", "x.shape[+1]")):
-        "x is [1, C] at every call (decode reshapes the embedded row to [1, C], and each fused op returns [1, out]): "
-        "axis +1 is axis -1",
     (_S16, "x_attend_in_place", "scores = F.concat([(past_k * q).sum(-1), (k * q).sum(-1)], axis=0) * scale",
      "scores = F.concat([(past_k * q).sum(-1), (k * q).sum(-1)], ) * scale"):
         "F.concat's axis defaults to 0: the same scores",
