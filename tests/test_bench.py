@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 
 import pytest
 
@@ -46,6 +47,7 @@ def canned(monkeypatch, checkpoint_dir):
     def run(path, args, model, accuracy=False):
         round_ = sum(call[0] == path for call in calls)
         calls.append((path, accuracy, model, args.gguf_dir))
+        calls.timeouts.add(args.worker_timeout)
         speed = SPEEDS[path][round_]
         out = {"prefill_ms": PREFILL_MS[round_], "decode_tok_s": speed, "step_ms": [1000 / speed * (1 + k / 10) for k in range(7)],
                "tokens": [round_, 1, 2, 3, 4, 5, 6, 7],
@@ -59,6 +61,7 @@ def canned(monkeypatch, checkpoint_dir):
     monkeypatch.setattr(bench, "_run_worker", run)
     monkeypatch.setattr(llama, "files", lambda folder, scratch, formats: written.append((folder, scratch, formats)) or {})
     calls.written = written = []  # each llama.files call: the checkpoint, the scratch folder, the formats
+    calls.timeouts = set()  # the --worker-timeout each call was given
     return calls
 
 
@@ -96,12 +99,38 @@ def test_the_json_holds_each_paths_medians_and_both_ratios(canned, checkpoint_di
         "hf": 40.0123, "cache": 40.2543, "cache_q4_0": 41.5123, "kernel_q4_0": 41.5123}
     assert (out["cache_q4_0"]["top1_vs_fp32"], out["cache_q4_0"]["max_logit_err"]) == (0.7778, 0.0625)
     assert [path for path, *_ in canned] == list(SPEEDS) * 3, "the paths do not alternate round after round"
+    assert canned.timeouts == {1800}, canned.timeouts  # half an hour a process, unless told
     scored = {path for path, accuracy, *_ in canned if accuracy}
     assert scored == {"hf", "cache_q4_0", "kernel_q4_0"} and all(not a for p, a, *_ in canned[len(SPEEDS):]), scored
     assert {gguf for *_, gguf in canned} != {None}, "llama.cpp's workers were not told where the GGUF files are"
     assert {bench.Path(model).resolve() for _, _, model, _ in canned} == {checkpoint_dir.resolve()}, canned
     [(folder, scratch, formats)] = canned.written  # the checkpoint as GGUF, f32 and q4_0, where the workers look
     assert (folder.resolve(), str(scratch), formats) == (checkpoint_dir.resolve(), canned[0][3], ["q4_0"]), canned.written
+
+
+def test_off_a_terminal_each_row_and_the_command_stay_on_one_line(canned, checkpoint_dir, capsys, monkeypatch):
+    """printed to a file (no terminal, no COLUMNS), the table is not wrapped at 80 columns: each path's row is one
+    line with all its figures; the command is one line, to copy; without a llama.cpp path, no llama.cpp note. Told a
+    width (COLUMNS, as on a terminal), the table fits it, its rows wrapped"""
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setattr(llama, "version", lambda: "0.3.36")
+    argv = ["--model", str(checkpoint_dir), "--quantize", "q4_0", "--rounds", "1", "--paths", "cache", "cache_q4_0"]
+    assert bench.main(argv) == 0
+    printed = capsys.readouterr()
+    rows = [line for line in printed.out.splitlines() if line.count("│") > 3]
+    assert len(rows) == 3 and all(len(row.split("│")) == 10 and row.split("│")[1].strip() for row in rows), printed.out
+    command = "Command: python -m course.programs.bench " + " ".join(argv)
+    assert any(line.rstrip().endswith(command) for line in printed.err.splitlines()), printed.err
+    assert "llama-cpp-python" not in printed.err, printed.err  # no llama.cpp row: nothing to say of its build
+    monkeypatch.setenv("COLUMNS", "70")  # as a terminal 70 columns wide says: the table fits it
+    assert bench.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 70 and sum(line.count("│") > 3 for line in lines) > 3, "\n".join(lines)
+
+
+def test_a_short_worker_timeout_is_passed_on(canned, checkpoint_dir):
+    assert bench.main(["--model", str(checkpoint_dir), "--rounds", "1", "--paths", "cache", "--worker-timeout", "0.5"]) == 0
+    assert canned.timeouts == {0.5}, canned.timeouts
 
 
 def test_the_table_shows_every_setting_and_the_command(canned, checkpoint_dir, capsys, monkeypatch):
@@ -183,6 +212,9 @@ def test_paths_keep_hugging_face_and_kernels_that_cannot_compile_are_left_out(ca
     (["--new-tokens", "2"], "bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more"),
     (["--prompt-tokens", "0"], "bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more"),
     (["--rounds", "0"], "bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more"),
+    (["--worker-timeout", "0"], "bench: --worker-timeout must be more than 0 seconds, not 0"),
+    (["--worker-timeout", "-2.5"], "bench: --worker-timeout must be more than 0 seconds, not -2.5"),
+    (["--worker-timeout", "nan"], "bench: --worker-timeout must be more than 0 seconds, not nan"),
 ])
 def test_settings_that_cannot_be_timed_are_refused(argv, said):
     with pytest.raises(SystemExit) as refused:
@@ -518,7 +550,8 @@ def test_llama_cpps_worker_runs_its_gguf_file_with_the_peers_cache(checkpoint, h
     assert (quantized["kv_cache"], len(quantized["tokens"])) == ("float16", NEW), quantized
     assert opened == [(tmp_path / "model-f32.gguf", "float32"), (tmp_path / "model-q4_0.gguf", "float16")], opened
     assert [bench.llama_cache(name) for name in ("f32", "q4_0", "q4_k", "q6_k")] == ["float32"] + ["float16"] * 3
-    args = argparse.Namespace(new_tokens=NEW, prompt_tokens=PROMPT, device="cpu", eval_tokens=0, gguf_dir=str(tmp_path))
+    args = argparse.Namespace(new_tokens=NEW, prompt_tokens=PROMPT, device="cpu", eval_tokens=0, gguf_dir=str(tmp_path),
+                              worker_timeout=600)
     assert bench._run_worker("llama_f32", args, str(checkpoint))["tokens"] == result["tokens"]  # told where the file is
 
 
@@ -526,7 +559,8 @@ def test_a_worker_runs_in_its_own_process_and_hands_back_its_figures(checkpoint,
     """bench's `_run_worker`: `bench --worker` in a process of its own (from any working directory), its JSON line
     read back; scored only when asked; a failed one is one line naming the path and its last line of stderr"""
     monkeypatch.chdir(tmp_path)
-    args = argparse.Namespace(new_tokens=3, prompt_tokens=5, device="cpu", eval_tokens=EVAL, gguf_dir=None)
+    args = argparse.Namespace(new_tokens=3, prompt_tokens=5, device="cpu", eval_tokens=EVAL, gguf_dir=None,
+                              worker_timeout=600)
     plain = bench._run_worker("hf", args, str(checkpoint))
     assert len(plain["tokens"]) == 3 and len(plain["step_ms"]) == 2 and "perplexity" not in plain, plain
     assert plain["tokens"] == bench.worker("hf", 3, 5, "cpu", str(checkpoint), 0)["tokens"], "not the same prompt"
@@ -537,6 +571,20 @@ def test_a_worker_runs_in_its_own_process_and_hands_back_its_figures(checkpoint,
     said = str(failed.value)
     assert said.startswith("bench: the hf process failed: OSError: ") and "nowhere" in said and "\n" not in said, said
     assert bench.worker_failed("cache", 1, " \n") == "bench: the cache process failed: (no output)"  # a silent one
+
+
+def test_a_worker_that_takes_too_long_is_stopped_with_one_line(checkpoint):
+    """a path's process that has given no result in --worker-timeout seconds is killed, and bench says so in one
+    line, with the path and the limit (a MAX run was once seen to hang for good; bench must not wait with it)"""
+    args = argparse.Namespace(new_tokens=3, prompt_tokens=5, device="cpu", eval_tokens=0, gguf_dir=None,
+                              worker_timeout=0.25)  # far less than Python takes to import torch
+    started = time.perf_counter()
+    with pytest.raises(SystemExit) as stopped:
+        bench._run_worker("hf", args, str(checkpoint))
+    assert time.perf_counter() - started < 30, "bench waited for the process to finish"
+    assert str(stopped.value) == (
+        "bench: the hf process gave no result in 0.25 s and was stopped (--worker-timeout): a first MAX run compiles "
+        "for minutes, so on a slow machine allow it more; a run that hangs is a fault: run bench again"), str(stopped.value)
 
 
 def test_the_worker_command_prints_its_path_s_figures_as_one_json_line(checkpoint, capsys):
@@ -694,6 +742,100 @@ def gpt2_small_sizes(tmp_path):
 BANDWIDTH = 40.0  # GB/s: every canned speed under its memory limit at GPT-2 small's sizes (f32's: 80 tok/s)
 
 
+#: A crowded roofline: the decode tok/s of a whole run on GPT-2 small's sizes (2026-11-29), five float32 points
+#: within a factor of 2.2 and the quantized ones bunched by format.
+CROWDED = {"hf": 38.2, "no_cache": 27.2, "cache": 46.9, "decode": 72.7, "kernel": 80.8, "cache_q4_0": 310.5,
+           "cache_q4_k": 233.1, "cache_q6_k": 195.7, "kernel_q4_0": 348.3, "kernel_q4_k": 343.1, "kernel_q6_k": 284.7,
+           "llama_f32": 73.6, "llama_q4_0": 302.7, "llama_q4_k": 317.3, "llama_q6_k": 228.3}
+
+
+def test_a_crowded_rooflines_labels_stay_inside_the_axes_and_apart(gpt2_small_sizes, tmp_path):
+    """every path of a real run: each label inside the axes, above or below its point where beside it is taken, never
+    over another label, the ticks or the axis's title"""
+    checkpoint = gpt2_small_sizes
+    config = solution(14).config_from_json(json.loads((checkpoint / "config.json").read_text()))
+    svg = tmp_path / "crowded.svg"
+    bench.roofline({path: {"decode_tok_s": v} for path, v in CROWDED.items()}, svg, bench.PATHS, config, 74.7, 2)
+    parts = svg_parts(svg)
+    (x_axis, y_axis, *_) = [{k: float(v) for k, v in line.items() if k[0] in "xy"} for line in parts["line"]]
+    bottom, top = x_axis["y1"], y_axis["y1"]
+    labels = [t for t in parts["text"] if t["text"].endswith(" tok/s")]
+    assert len(labels) == len(CROWDED), labels
+    boxes = {t["text"]: (float(t["x"]), float(t["x"]) + bench.CHAR_WIDTH * 10 * len(t["text"]), float(t["y"]) - 10,
+                         float(t["y"]) + 3) for t in labels}
+    outside = {text: box[2:] for text, box in boxes.items() if box[2] < top or box[3] > bottom}
+    assert not outside, f"labels outside the axes (y from {top} to {bottom}): {outside}"
+    crossed = [(a, b) for a in boxes for b in boxes if a < b and boxes[a][0] < boxes[b][1] and boxes[b][0] < boxes[a][1]
+               and boxes[a][2] < boxes[b][3] and boxes[b][2] < boxes[a][3]]
+    assert not crossed, f"labels over each other: {crossed}"
+    # a label beside its point is centred on it; one moved off it is a row or more away, with a line to its point
+    leaders = {(float(line["x1"]), float(line["y1"])): float(line["y2"]) for line in parts["line"][3:]}
+    moved = 0
+    for circle, label in zip(parts["circle"], labels):  # each point's circle, then its label
+        cx, cy, baseline = float(circle["cx"]), float(circle["cy"]), float(label["y"])
+        if (cx, cy) in leaders:
+            moved += 1
+            assert leaders[cx, cy] == pytest.approx(baseline - 4, abs=0.1) and abs(baseline - 4 - cy) >= 13, label
+        else:
+            assert baseline == pytest.approx(cy + 4, abs=0.1), (label, circle)
+    assert 0 < moved < len(labels), moved
+
+
+def test_labels_that_cannot_sit_beside_their_point_take_the_nearest_free_row_below_then_above(gpt2_small_sizes, tmp_path):
+    """five float32 paths at one speed are one point: its first label beside it (centred on it), the next one row
+    (13 px, a label's height) below, then one above, two below, two above, each with a line to the point; labels
+    elsewhere stay beside their own points"""
+    config = solution(14).config_from_json(json.loads((gpt2_small_sizes / "config.json").read_text()))
+    speeds = {"hf": 60.0, "no_cache": 60.0, "cache": 60.0, "decode": 60.0, "kernel": 60.0, "cache_q4_0": 400.0,
+              "kernel_q4_0": 20.0}
+    svg = tmp_path / "stacked.svg"
+    bench.roofline({path: {"decode_tok_s": v} for path, v in speeds.items()}, svg, bench.PATHS, config, 30.0, 2)
+    parts = svg_parts(svg)
+    labels = [t for t in parts["text"] if t["text"].endswith(" tok/s")]
+    placed = {label["text"].rsplit(":", 1)[0]: (float(circle["cx"]), float(circle["cy"]), float(label["x"]),
+                                                 float(label["y"])) for circle, label in zip(parts["circle"], labels)}
+    leaders = {(float(line["x1"]), float(line["y1"]), round(float(line["y2"]), 1)) for line in parts["line"][3:]}
+    cx, cy, _, _ = placed[bench.PATHS["hf"]]
+    offsets = [0, 13, -13, 26, -26]  # from beside the point, in the order the labels are placed (equal speeds: PATHS')
+    for path, offset in zip(("hf", "no_cache", "cache", "decode", "kernel"), offsets):
+        at = placed[bench.PATHS[path]]
+        assert at[:2] == (cx, cy) and at[3] == pytest.approx(cy + 4 + offset, abs=0.15), (path, at, cy)
+        if offset:  # its line, from the point to the label's middle height
+            assert (cx, cy, round(at[3] - 4, 1)) in leaders, (path, at, leaders)
+    for path in ("cache_q4_0", "kernel_q4_0"):  # alone: beside their points, no line
+        x, y, _, baseline = placed[bench.PATHS[path]]
+        assert baseline == pytest.approx(y + 4, abs=0.15) and not any(line[:2] == (x, y) for line in leaders), path
+    assert len(leaders) == 4, leaders
+
+
+@pytest.mark.parametrize("where", ["top", "bottom"])
+def test_a_stack_of_labels_at_the_axes_edge_turns_back_inside(gpt2_small_sizes, tmp_path, where):
+    """six float32 paths at one speed, the highest or the lowest of the picture: their labels take the rows nearest
+    the point, 13 px apart, below first, but only rows whose label lies inside the axes (10 px above its baseline, 3
+    below); where the edge stops one side, the other side goes on. The other point's speed is swept so that the
+    stack's point, and its rows, fall at every height of a row's span near the edge."""
+    config = solution(14).config_from_json(json.loads((gpt2_small_sizes / "config.json").read_text()))
+    stacked = ("hf", "no_cache", "cache", "decode", "kernel", "llama_f32")
+    stopped = 0
+    for step in range(16):
+        speed, other = (400.0, 3.0 * 1.06 ** step) if where == "top" else (3.0, 400.0 * 1.12 ** step)
+        speeds = {**{path: speed for path in stacked}, "cache_q4_0": other}
+        svg = tmp_path / "edge.svg"
+        bench.roofline({path: {"decode_tok_s": v} for path, v in speeds.items()}, svg, bench.PATHS, config, 5.0, 2)
+        parts = svg_parts(svg)
+        x_axis, y_axis = [{k: float(v) for k, v in line.items() if k[0] in "xy"} for line in parts["line"][:2]]
+        top, bottom = y_axis["y1"], x_axis["y1"]
+        texts = [t for t in parts["text"] if t["text"].endswith(" tok/s")]
+        labels = {t["text"].rsplit(":", 1)[0]: float(t["y"]) for t in texts}
+        cy = next(float(c["cy"]) for c, t in zip(parts["circle"], texts) if t["text"].startswith(bench.PATHS["hf"] + ":"))
+        rows = [cy + 4 + 13 * k * side for k in range(40) for side in ((1,) if k == 0 else (1, -1))]
+        inside = [row for row in rows if top + 10 <= row <= bottom - 3]
+        expected = inside[: len(stacked)]
+        stopped += expected != rows[: len(stacked)]  # the edge changed where a label goes
+        assert [labels[bench.PATHS[path]] for path in stacked] == pytest.approx(expected, abs=0.15), (step, labels, expected)
+    assert stopped >= 8, f"the stack reached the {where} edge in only {stopped} of 16 pictures"
+
+
 def test_the_roofline_puts_each_path_at_its_bytes_and_speed_under_the_memory_limit(canned, gpt2_small_sizes, tmp_path,
                                                                                      capsys, monkeypatch):
     """`bench --roofline FILE`: the bandwidth measured before any path runs; a point per path at (MB of weights a
@@ -745,10 +887,19 @@ def test_the_roofline_puts_each_path_at_its_bytes_and_speed_under_the_memory_lim
         assert label["text"] == f"{bench.PATHS[path]}: {speeds[path]:.0f} tok/s", label
         x0, x1 = float(label["x"]), float(label["x"]) + bench.CHAR_WIDTH * 10 * len(label["text"])  # font-size 10
         assert x0 == pytest.approx(x_of[path] + 8, abs=0.1) or x1 == pytest.approx(x_of[path] - 8, abs=0.1), (path, label)
-        assert 0 <= x0 and x1 <= width and float(label["y"]) >= y_of[path] + 4 - 0.1, (path, label)
+        assert 0 <= x0 and x1 <= width, (path, label)
     assert {(round(float(c["cx"]), 1), round(float(c["cy"]), 1)) for c in circles} == {(round(x, 1), round(y, 1)) for x, y in at}
     (x_axis, y_axis, limit, *leaders) = [{k: float(v) for k, v in line.items() if k[0] in "xy"} for line in parts["line"]]
     left, right, bottom, top = x_axis["x1"], x_axis["x2"], x_axis["y1"], y_axis["y1"]
+    # every label inside the axes (never over the ticks or the axis's title), and no two labels over each other
+    boxes = {path: (float(labels[bench.PATHS[path]]["x"]),
+                    float(labels[bench.PATHS[path]]["x"]) + bench.CHAR_WIDTH * 10 * len(labels[bench.PATHS[path]]["text"]),
+                    float(labels[bench.PATHS[path]]["y"]) - 10, float(labels[bench.PATHS[path]]["y"]) + 3) for path in SPEEDS}
+    outside = [path for path, (_, _, y0, y1) in boxes.items() if y0 < top or y1 > bottom]
+    assert not outside, f"labels outside the axes ({top} to {bottom}): {[(p, boxes[p]) for p in outside]}"
+    crossed = [(a, b) for a in boxes for b in boxes if a < b and boxes[a][0] < boxes[b][1] and boxes[b][0] < boxes[a][1]
+               and boxes[a][2] < boxes[b][3] and boxes[b][2] < boxes[a][3]]
+    assert not crossed, f"labels over each other: {crossed}"
     assert (x_axis["y2"], y_axis["x1"], y_axis["x2"], y_axis["y2"]) == (bottom, left, left, bottom), parts["line"]
     assert all(left < x < right and top < y < bottom for x, y in at), (at, left, right, top, bottom)
     # the memory limit: tok/s = GB/s x 1000 / MB, from where it enters the axes to their right end
@@ -762,12 +913,12 @@ def test_the_roofline_puts_each_path_at_its_bytes_and_speed_under_the_memory_lim
     assert title["text"] == (f"memory limit: {BANDWIDTH:.1f} GB/s ÷ bytes a token (NumPy, {llama.threads()} threads "
                              "for every engine)"), title
     assert float(title["y"]) < top and float(title["x"]) == right and title["text-anchor"] == "end", title  # above, right
-    joined = {}  # each label moved down to clear another is joined to its point: from the point to the label's near end
+    joined = {}  # each label moved to clear another is joined to its point: from the point to the label's near end
     for path in SPEEDS:
         label, cx, cy = labels[bench.PATHS[path]], round(x_of[path], 1), round(y_of[path], 1)
         lx, ly = float(label["x"]), float(label["y"])
         near = lx if lx > cx else lx + bench.CHAR_WIDTH * 10 * len(label["text"])
-        if ly > cy + 4 + 0.2:
+        if abs(ly - (cy + 4)) > 0.2:
             joined[cx, cy] = (pytest.approx(near, abs=0.2), pytest.approx(ly - 4, abs=0.2))  # to its middle
     assert joined, "no label was moved: the check would see no leader line"
     assert {(leader["x1"], leader["y1"]): (leader["x2"], leader["y2"]) for leader in leaders} == joined, leaders
@@ -828,11 +979,12 @@ def test_help_names_the_command_and_each_option_with_its_default(capsys):
     for option, default in (("--device {cpu,gpu}", "cpu"), ("--new-tokens NEW_TOKENS", "64"),
                             ("--prompt-tokens PROMPT_TOKENS", "12"), ("--rounds ROUNDS", "3"), ("--layers LAYERS", "12"),
                             ("--model MODEL", "None"), ("--quantize {q4_0,q4_k,q6_k} [{q4_0,q4_k,q6_k} ...]", "[]"),
-                            ("--json", "False"), ("--eval-tokens EVAL_TOKENS", "1024")):
+                            ("--json", "False"), ("--eval-tokens EVAL_TOKENS", "1024"),
+                            ("--worker-timeout WORKER_TIMEOUT", "1800")):
         block = next(b for b in options if b.startswith(option + " "))  # its help after it, to the next option
         said = block.removeprefix(option + " ")
         assert said.endswith(f"(default: {default})") and len(said) > len(f"(default: {default})") + 10, (option, said)
-    assert "--paths {" + ",".join(bench.PATHS) + "} [{" in flat and "--worker" not in flat and "--gguf-dir" not in flat
+    assert "--paths {" + ",".join(bench.PATHS) + "} [{" in flat and "--worker " not in flat and "--gguf-dir" not in flat
     for option in ("--paths {", "--plot PLOT", "--roofline ROOFLINE"):  # no default to show: a help of their own
         block = next(b for b in options if b.startswith(option))
         said = block.split(" ...] ", 1)[1] if option == "--paths {" else block.removeprefix(option)

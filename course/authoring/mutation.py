@@ -630,9 +630,19 @@ _NO_PAD = ("no sequence finishes (min_new_tokens holds the end token back) and t
 _RICH_LEFT = 'rich justifies a cell left unless told "right", "center" or "full": these draw the same table'
 _PLAIN_CELLS = ("rich's highlighter colours the strings print() is handed, not a Table's cells: the same table, in "
                 "colour or not (measured with FORCE_COLOR=1)")
-_WHO_MOVES = ("the order the labels are placed in decides which of two colliding labels moves down: in any order none "
-              "covers another or a point, and each moved one has its leader line")
-_LEADER = "a label left in place lies 4 px below its point, a moved one 16 px or more: any threshold between draws the same leaders"
+_WHO_MOVES = ("the order the labels are placed in decides which of two colliding labels moves off its point: in any "
+              "order none covers another or a point, and each moved one has its leader line")
+_LEADER = ("a label left beside its point is centred on it, a moved one 13 px (a row) or more off it: any threshold "
+           "between draws the same leaders")
+_ROWS = ("the same rows in the same order: side is 1 or -1, so k / side is k * side; at k = 0 the side multiplies 0, "
+         "so the row beside the point is the first whatever the sides; k to 32 or to 35 both pass the 26 rows of 13 px "
+         "the axes hold")
+_EDGE = ("the band a label's row may take, a pixel in at one edge: rows fall on the edge only by chance (the points' "
+         "heights are a log scale's), and the checks hold every label inside the axes at both edges")
+_NEVER_FULL = ("never reached: every label finds a free row (at most 15 labels and 15 points, their rows spread over the "
+               "axes' 26), so the row used when none is free does not matter")
+_WIDE = ("a width past any row bench prints (the widest, every column of the llama.cpp and accuracy runs, is under 260 "
+         "characters): each row whole alike")
 _UNREAD = "bench reads the bandwidth only with --roofline, which sets it first"
 _GPU_ONLY = ("reached only with --device gpu and a CUDA build of PyTorch, which bench refuses to run without; neither this "
              "machine nor CI has one (the lent GPU machine cannot install MAX 26.7)")
@@ -658,10 +668,13 @@ _BENCH = {
             'table.add_column(column, justify="XXleftXX" if column == "path" else "right")',
             'table.add_column(column, justify="LEFT" if column == "path" else "right")',
         )),
-        ('x_main', 'Console(highlight=False).print(table)', _PLAIN_CELLS, (
-            'Console(highlight=None).print(table)',
-            'Console(highlight=True).print(table)',
-            'Console().print(table)',
+        ('x_main', 'Console(highlight=False, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1000).print(table)', _PLAIN_CELLS, (
+            'Console(highlight=None, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1000).print(table)',
+            'Console(highlight=True, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1000).print(table)',
+            'Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1000).print(table)',
+        )),
+        ('x_main', 'Console(highlight=False, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1000).print(table)', _WIDE, (
+            'Console(highlight=False, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1001).print(table)',
         )),
         ('x__time_ours', 'check(quantize, config, device)', _ONLY_CPU, (
             'check(quantize, config, None)',
@@ -746,11 +759,11 @@ _BENCH = {
          "generation_config.json samples at temperature 5)", (
             'kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=None, use_cache=True, pad_token_id=0)',
         )),
-        ('x__run_worker', 'result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)',
+        ('x__run_worker', 'result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=args.worker_timeout)',
          "the course is an installed package (pip install -e ., pixi's editable install) and bench hands its worker "
          "absolute paths: it runs the same from any folder (the check runs it from a scratch one)", (
-            'result = subprocess.run(command, cwd=None, capture_output=True, text=True)',
-            'result = subprocess.run(command, capture_output=True, text=True)',
+            'result = subprocess.run(command, cwd=None, capture_output=True, text=True, timeout=args.worker_timeout)',
+            'result = subprocess.run(command, capture_output=True, text=True, timeout=args.worker_timeout)',
         )),
         ('x_main', 'bandwidth = None', _UNREAD, (
             'bandwidth = ""',
@@ -781,28 +794,32 @@ _BENCH = {
         ('x_roofline', 'right = cx < width / 2', _LAYOUT, (
             'right = cx < width / 3',
         )),
-        ('x_roofline', 'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):', _LAYOUT, (
-            'while any(x0 < b1 and b0 < x1 and label_y - 11 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
-            'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 4 for b0, b1, c0, c1 in boxes):',
-        )),
-        ('x_roofline', 'label_y += 12', _LAYOUT, (
-            'label_y += 13',
-        )),
-        ('x_roofline', 'boxes.append((x0, x1, label_y - 10, label_y + 3))', _LAYOUT, (
-            'boxes.append((x0, x1, label_y - 11, label_y + 3))',
-            'boxes.append((x0, x1, label_y - 10, label_y + 4))',
-        )),
         ('x_roofline', 'if y_lo <= value <= y_hi:', _AT_THE_END, (
             'if y_lo <= value < y_hi:',
         )),
         ('x_roofline', 'right = cx < width / 2', _AT_THE_END, (
             'right = cx <= width / 2',
         )),
-        ('x_roofline', 'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):', _AT_THE_END, (
-            'while any(x0 <= b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
-            'while any(x0 < b1 and b0 <= x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
-            'while any(x0 < b1 and b0 < x1 and label_y - 10 <= c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):',
-            'while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 <= label_y + 3 for b0, b1, c0, c1 in boxes):',
+        ('x_roofline', 'and not any(x0 < b1 and b0 < x1 and y - 10 < c1 and c0 < y + 3 for b0, b1, c0, c1 in boxes)]', _AT_THE_END, (
+            'and not any(x0 <= b1 and b0 < x1 and y - 10 < c1 and c0 < y + 3 for b0, b1, c0, c1 in boxes)]',
+            'and not any(x0 < b1 and b0 <= x1 and y - 10 < c1 and c0 < y + 3 for b0, b1, c0, c1 in boxes)]',
+        )),
+        ('x_roofline', 'rows = [cy + 4 + 13 * k * side for k in range(height // 13) for side in ((1,) if k == 0 else (1, -1))]', _ROWS, (
+            'rows = [cy + 4 + 13 * k / side for k in range(height // 13) for side in ((1,) if k == 0 else (1, -1))]',
+            'rows = [cy + 4 + 13 * k * side for k in range(height // 14) for side in ((1,) if k == 0 else (1, -1))]',
+            'rows = [cy + 4 + 13 * k * side for k in range(height // 13) for side in ((1,) if (k == 0) and False else (1, -1))]',
+            'rows = [cy + 4 + 13 * k * side for k in range(height // 13) for side in ((2,) if k == 0 else (1, -1))]',
+        )),
+        ('x_roofline', 'free = [y for y in rows if pad + 10 <= y <= height - pad - 3', _EDGE, (
+            'free = [y for y in rows if pad + 11 <= y <= height - pad - 3',
+            'free = [y for y in rows if pad + 10 < y <= height - pad - 3',
+            'free = [y for y in rows if pad + 10 <= y < height - pad - 3',
+            'free = [y for y in rows if pad + 10 <= y <= height - pad - 4',
+        )),
+        ('x_roofline', 'label_y = free[0] if free else cy + 4', _NEVER_FULL, (
+            'label_y = free[0] if (free) or True else cy + 4',
+            'label_y = free[0] if free else cy - 4',
+            'label_y = free[0] if free else cy + 5',
         )),
         ('x_roofline', 'out.append(f\'<line x1="{sx(x_lo):.1f}" y1="{sy(bandwidth * 1e3 / x_lo):.1f}" x2="{sx(x_hi):.1f}" \'', _THOUSANDTH, (
             'out.append(f\'<line x1="{sx(x_lo):.1f}" y1="{sy(bandwidth * 1001.0 / x_lo):.1f}" x2="{sx(x_hi):.1f}" \'',
@@ -815,9 +832,10 @@ _BENCH = {
             'for path, (x, y) in sorted(points.items(), ):',
             'for path, (x, y) in sorted(points.items(), key=lambda item: +item[1][1]):',
         )),
-        ('x_roofline', 'if label_y - cy > 8:  # moved down to clear another label: a leader line to its point', _LEADER, (
-            'if label_y - cy >= 8:  # moved down to clear another label: a leader line to its point',
-            'if label_y - cy > 9:  # moved down to clear another label: a leader line to its point',
+        ('x_roofline', 'if abs(label_y - 4 - cy) > 8:  # moved to clear another label: a leader line to its point', _LEADER, (
+            'if abs(label_y - 4 - cy) >= 8:  # moved to clear another label: a leader line to its point',
+            'if abs(label_y - 4 - cy) > 9:  # moved to clear another label: a leader line to its point',
+            'if abs(label_y - 5 - cy) > 8:  # moved to clear another label: a leader line to its point',
         )),
         ('x_roofline', 'points = {path: (bytes_read(path, config) / 1e6, r["decode_tok_s"]) for path, r in results.items()}', _THOUSANDTH, (
             'points = {path: (bytes_read(path, config) / 1000001.0, r["decode_tok_s"]) for path, r in results.items()}',

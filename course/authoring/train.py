@@ -105,7 +105,7 @@ def prose(markdown: str) -> str:
             continue
         paragraph = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", paragraph)  # [words](link)
         paragraph = re.sub(r"\*\*?([^*]+)\*\*?", r"\1", paragraph)  # *words*, **words**
-        paragraph = " ".join(re.sub(r"^\s*(\d+\.|-)\s+", "", paragraph).split())  # a list item's mark
+        paragraph = " ".join(re.sub(r"^\s*(\d+\.|-)\s+", "", paragraph, flags=re.M).split())  # each list item's mark
         sentences = [s for s in re.split(r"(?<=[.!?:])\s+", paragraph)
                      if not set(s) & CODE_CHARACTERS and len(s.split()) >= 4]
         if sentences:

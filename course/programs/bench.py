@@ -24,7 +24,9 @@ Fair by construction:
 * each process warms up first (MAX compiles or loads its graph, torch allocates),
   then generates greedily from the same 12-token prompt, and the medians over
   rounds are reported;
-* the prefill is the time to the first new token; decode tok/s counts the rest.
+* the prefill is the time to the first new token; decode tok/s counts the rest;
+* a path's process that gives no result within ``--worker-timeout`` seconds (half an
+  hour by default) is stopped, and bench says which one, rather than wait for ever.
 
 Hugging Face runs ``GPT2LMHeadModel.generate`` (greedy, with its cache); its step
 times come from a logits processor called once per token. Ours run
@@ -66,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -253,7 +256,12 @@ def _run_worker(path: str, args, model: str, accuracy: bool = False) -> dict:
                "--eval-tokens", str(args.eval_tokens if accuracy else 0)]
     command += ["--gguf-dir", args.gguf_dir] if args.gguf_dir else []
     runtime.restore_environment()  # the worker's Python in this one's virtualenv, as the C environment may not say
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    try:
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=args.worker_timeout)
+    except subprocess.TimeoutExpired:  # run() has killed it: one line, not a bench that waits for ever
+        raise SystemExit(f"bench: the {path} process gave no result in {args.worker_timeout:g} s and was stopped "
+                         "(--worker-timeout): a first MAX run compiles for minutes, so on a slow machine allow it "
+                         "more; a run that hangs is a fault: run bench again") from None
     if result.returncode != 0:
         raise SystemExit(worker_failed(path, result.returncode, result.stderr))
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -389,12 +397,14 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
         right = cx < width / 2
         x0 = cx + 8 if right else cx - 8 - CHAR_WIDTH * 10 * len(text)
         x1 = x0 + CHAR_WIDTH * 10 * len(text)
-        label_y = cy + 4
-        while any(x0 < b1 and b0 < x1 and label_y - 10 < c1 and c0 < label_y + 3 for b0, b1, c0, c1 in boxes):
-            label_y += 12
+        # beside its point, else the nearest free row below or above it (rows a label's height apart), inside the axes
+        rows = [cy + 4 + 13 * k * side for k in range(height // 13) for side in ((1,) if k == 0 else (1, -1))]
+        free = [y for y in rows if pad + 10 <= y <= height - pad - 3
+                and not any(x0 < b1 and b0 < x1 and y - 10 < c1 and c0 < y + 3 for b0, b1, c0, c1 in boxes)]
+        label_y = free[0] if free else cy + 4
         boxes.append((x0, x1, label_y - 10, label_y + 3))
         out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{ROOFLINE_COLOURS[path]}"/>')
-        if label_y - cy > 8:  # moved down to clear another label: a leader line to its point
+        if abs(label_y - 4 - cy) > 8:  # moved to clear another label: a leader line to its point
             out.append(f'<line x1="{cx:.1f}" y1="{cy:.1f}" x2="{x0 if right else x1:.1f}" y2="{label_y - 4:.1f}" '
                        f'stroke="currentColor" stroke-width="0.5"/>')
         out.append(f'<text x="{x0:.1f}" y="{label_y:.1f}" font-size="10">{text}</text>')
@@ -420,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--roofline", type=Path, help="write decode tok/s against MB of weights read a token, with the "
                    "memory limit NumPy measures here, as an SVG (GPT-2 only)")
     p.add_argument("--eval-tokens", type=int, default=1024, help="with --quantize: held-out tokens each format is scored on")
+    p.add_argument("--worker-timeout", type=float, default=1800, help="seconds a path's process may take (its "
+                   "compiles, timing and scoring) before bench stops it and says so")
     p.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)
     p.add_argument("--gguf-dir", help=argparse.SUPPRESS)  # where the llama.cpp paths' GGUF files are
     args = p.parse_args(argv)
@@ -430,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.new_tokens < 3 or args.prompt_tokens < 1 or args.rounds < 1:
         raise SystemExit("bench: --new-tokens must be 3 or more, --prompt-tokens and --rounds 1 or more")
+    if not args.worker_timeout > 0:
+        raise SystemExit(f"bench: --worker-timeout must be more than 0 seconds, not {args.worker_timeout:g}")
     _refuse_unfair_gpu(args.device)
     bandwidth = None
     if args.roofline:  # measured first, while nothing else runs
@@ -526,12 +540,15 @@ def main(argv: list[str] | None = None) -> int:
             row.append(f"{perplexities[path]:.2f}" if path in perplexities else "")
             row += [f"{round(a['top1'] * a['steps'])}/{a['steps']}", f"{a['max_abs_err']:.3f}"] if a else ["", ""]
         table.add_row(*row)
-    Console(highlight=False).print(table)
+    # off a terminal (a file, a pipe) rich would wrap the table at 80 columns: keep each row on one line there
+    Console(highlight=False, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1000).print(table)
     threads = llama.threads()
     err.print(f"[dim]Threads: {threads} for every engine (MAX's and PyTorch's default, llama.cpp's n_threads). "
               + (f"llama.cpp: llama-cpp-python {peer}, GGUF written from the same checkpoint, quantized by "
-                 f"llama_model_quantize with every tensor in the one format (pure). " if peer else "")
-              + f"Command: {escape(' '.join(['python -m course.programs.bench', *(argv if argv is not None else sys.argv[1:])]))}[/]")
+                 f"llama_model_quantize with every tensor in the one format (pure). "
+                 if peer and any(path.startswith("llama_") for path in results) else "")
+              + f"Command: {escape(' '.join(['python -m course.programs.bench', *(argv if argv is not None else sys.argv[1:])]))}[/]",
+              soft_wrap=True)  # the command whole on one line, to copy
     if a := next((r["accuracy"] for r in results.values() if "accuracy" in r), None):
         err.print(f"[dim]Every row scores the same {a['steps']} next tokens of held-out text (lower perplexity is better; "
                   f"top-1 and |Δ logit| against float32, whose logits have a standard deviation of {a['logit_std']:.2f}).[/]")
