@@ -110,11 +110,16 @@ BOOKS = ["Genesis\n\nIn the beginning were the words of it.\n\nAnd a second chap
          "Exodus\n\nNow these are the names of them all.\n\nAnd a later chapter of its own."]
 
 
+def read(patch, chapters: list[tuple[str, str]], books: list[str]) -> None:
+    """train.py reads these chapters and these books of the Bible instead of the whole book and the whole Bible."""
+    patch.setattr(training, "chapters", lambda: list(chapters))
+    patch.setattr(training, "bible", lambda: list(books))
+
+
 @pytest.fixture
 def small_text(monkeypatch):
     """One chapter and two books of the Bible, instead of the whole book and the whole Bible."""
-    monkeypatch.setattr(training, "chapters", lambda: [("one", CHAPTER)])
-    monkeypatch.setattr(training, "bible", lambda: list(BOOKS))
+    read(monkeypatch, [("one", CHAPTER)], BOOKS)
 
 
 def test_the_corpus_holds_each_texts_head_and_keeps_its_tail_apart(small_text):
@@ -220,8 +225,7 @@ def trained(tmp_path_factory):
     and 60; its folder, curve, record and the text it read."""
     out = tmp_path_factory.mktemp("trained")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(training, "chapters", lambda: list(SMALL_BOOK))
-        patch.setattr(training, "bible", lambda: list(SMALL_BIBLE))
+        read(patch, SMALL_BOOK, SMALL_BIBLE)
         patch.setattr(training, "KJV_CURVE_WINDOWS", CURVE_WINDOWS)
         record = training.train(out / "model", steps=60, seed=1, curve=out / "curve.svg", sizes=SHORT)
         again = training.train(out / "again", steps=60, seed=1, curve=None, sizes=SHORT)
@@ -235,8 +239,7 @@ def test_the_llama_holds_out_the_gpt2_models_text(tmp_path, monkeypatch):
     word, and never trained on"""
     from transformers import LlamaForCausalLM
 
-    monkeypatch.setattr(training, "chapters", lambda: list(SMALL_BOOK))
-    monkeypatch.setattr(training, "bible", lambda: list(SMALL_BIBLE))
+    read(monkeypatch, SMALL_BOOK, SMALL_BIBLE)
     sizes = dict(TINY_LLAMA, max_position_embeddings=16)
     record = training.train(tmp_path / "llama", steps=2, seed=0, curve=None, sizes=sizes, family="llama")
     same = (COURSE_MODEL / "heldout.txt").read_text(encoding="utf-8")
@@ -304,8 +307,7 @@ def test_the_folder_is_a_checkpoint_whose_loss_is_the_one_recorded(trained):
 
 
 def test_no_curve_is_written_unless_asked(tmp_path, monkeypatch):
-    monkeypatch.setattr(training, "chapters", lambda: list(SMALL_BOOK))
-    monkeypatch.setattr(training, "bible", lambda: list(SMALL_BIBLE))
+    read(monkeypatch, SMALL_BOOK, SMALL_BIBLE)
     training.train(tmp_path / "model", steps=2, seed=0, curve=None, sizes=SHORT)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]
 
