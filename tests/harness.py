@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import contextlib
+import locale
 import importlib
 import importlib.util
 import inspect
@@ -123,6 +124,38 @@ def _mismatch(actual: np.ndarray, expected: np.ndarray, what: str, atol: float, 
         f"{int(outside.sum())} of {outside.size} values are outside the tolerance "
         f"{atol:g} + {rtol:g}·|expected|"
     ), worst
+
+
+# --- the environment ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def c_locale():
+    """Text files read under the C locale, whose preferred encoding is not UTF-8 (skipped in Python's UTF-8 mode,
+    where every text file is read as UTF-8)."""
+    if sys.flags.utf8_mode:
+        pytest.skip("Python's UTF-8 mode is on: text files are read as UTF-8 whatever the locale")
+    saved = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")
+        assert locale.getpreferredencoding(False) != "UTF-8", locale.getpreferredencoding(False)
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+
+
+def assert_help(main, capsys, usage: str, shown: str, hidden: str, options) -> None:
+    """``main(["--help"])`` exits 0 and prints "usage: USAGE ..." with ``shown`` (the description), without
+    ``hidden`` (the docstring's next part), and each (option, words) pair: the option and its help, side by side.
+    Whitespace is compared collapsed, as argparse wraps it."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert stopped.value.code == 0 and out.startswith(f"usage: {usage} "), out
+    flat = " ".join(out.split())
+    assert " ".join(shown.split()) in flat and " ".join(hidden.split()) not in flat, out
+    for option, words in options:
+        assert f"{option} {words}" in flat, f"--help gives {option} without its help, {words!r}:\n{out}"
 
 
 # --- loading the code under test -----------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 
 from course.authoring import experiments, render
 from course.outline import ROOT, SOLUTIONS
+from harness import assert_help
 
 pytestmark = pytest.mark.course
 
@@ -144,18 +145,19 @@ def test_the_scripts_named_are_the_ones_run(book, capsys):
 
 
 def test_a_script_runs_from_the_root_with_solutions_importable_and_leaves_nothing_changed(book):
-    """each script: run from the repository's root, its own name as sys.argv, solutions/ importable; what it
-    prints, normalized; afterwards the folder, sys.argv and NumPy's print options are as they were"""
+    """each script: run from the repository's root as a program (``__name__`` is ``"__main__"``), its own name as
+    sys.argv, solutions/ importable; what it prints, normalized; afterwards the folder, sys.argv and NumPy's print options are as they were"""
     script = book.parent / "experiments" / "probe.py"
     script.write_text("import os, sys\nimport numpy as np\nimport step_01_config\n"
                       "np.set_printoptions(precision=2)\nprint(os.getcwd(), '  ')\nprint(sys.argv)\n"
+                      "if __name__ == '__main__':\n    print('as a program')\n"
                       "os.chdir('/')\nsys.argv = ['changed']\nprint()\n")
     experiments.prepare()
     root = experiments.ROOT
     assert Path.cwd() == root and sys.path[0] == str(SOLUTIONS), (Path.cwd(), sys.path[:2])
     options, argv = np.get_printoptions(), list(sys.argv)
     printed, error, seconds = experiments.run(script)
-    assert error is None and printed == f"{root}\n{[str(script)]}", (printed, error)
+    assert error is None and printed == f"{root}\n{[str(script)]}\nas a program", (printed, error)
     assert 0 < seconds < 60, seconds
     assert (Path.cwd(), sys.argv, np.get_printoptions()) == (root, argv, options)
     experiments.prepare()  # again: solutions/ is not put on the path twice
@@ -186,6 +188,21 @@ def test_the_markers_are_found_in_page_order_with_their_blocks(book):
         ("a.md", "fails.py", 13, (14, 17), "x"), ("b.md", "gone.py", 1, None, ""), ("b.md", "fresh.py", 2, None, ""),
         ("b.md", "drift2.py", 4, (5, 10), "a\nb\nc")]
     assert experiments.find([book / "b.md"]) == found[3:]
+
+
+def test_a_block_may_be_empty_or_open_with_a_bare_fence(book):
+    """the block under a marker: opened by ``` with or without a language, closed by the next bare ```, even at
+    once (an empty block); the check-output markers found only on the pages asked"""
+    (book / "c.md").write_text("# C\n<!-- experiment-output: ../experiments/same.py -->\n```\nbare\n```\n"
+                               "<!-- experiment-output: ../experiments/fresh.py -->\n\n```text\n```\n"
+                               "<!-- check-output: 3 stub -->\n```text\n✗ three\n```\n")
+    found = experiments.find([book / "c.md"])
+    assert [(e.script.name, e.marker_line, e.block, e.recorded) for e in found] == [
+        ("same.py", 1, (2, 5), "bare"), ("fresh.py", 5, (7, 9), "")], found
+    [three] = experiments.find_check_outputs()
+    assert (three.chapter.name, three.number, three.kind, three.block, three.recorded) == (
+        "c.md", 3, "stub", (10, 13), "✗ three"), three
+    assert experiments.find_check_outputs([book / "a.md"]) == []
 
 
 # --- check outputs: what `pixi run sNN` prints, as the pages show it ---------------------------------
@@ -221,7 +238,8 @@ def test_a_check_output_is_compared_without_colours_timings_deltas_and_the_scrat
     assert experiments.normalize_check(run, Path("/tmp/x")) == (
         "✗ wte (… s, max |Δ| …, argmax agrees 3/4)\nmax |Δ| = … in steps/step_05.py")
     assert experiments.normalize_check("✓ a (3 s)\n✓ b (0.5 s, max |Δ| 2E+01)") == "✓ a (… s)\n✓ b (… s, max |Δ| …)"
-    lines = "✓ one (… s)\n✗ two\n! three\n- four (skipped)\n--- a diff\n  detail\nall 3 checks pass"
+    assert experiments.clean_check("in /tmp/copyX/step_05.py", "/tmp/copyX") == "in steps/step_05.py"
+    lines = "✓ one (… s)\n✗ two\n! three\n- four (skipped)\n--- a diff\n  detail\nX not a mark\nall 3 checks pass"
     assert experiments.check_lines(lines) == ["✓ one (… s)", "✗ two", "! three", "- four (skipped)"]
     assert experiments._title("✓ one (… s, max |Δ| …)") == "one" and experiments._title("✗ two (x) y") == "two (x) y"
 
@@ -264,9 +282,25 @@ def test_a_solutions_check_output_must_be_in_the_run_and_count_its_checks(book):
     assert experiments.compare_solution_output(run, "/tmp/copies") == [
         "five.md ← pixi run s05 on the solution: not the same checks as the stub's block on the same page"]
     (book / "five.md").write_text(CHECK_PAGE.replace(SOLUTION_5, "Step 05: all 0 checks pass."))
+    (book / "four.md").write_text("<!-- check-output: 4 solution -->\n```text\n✓ gelu (1 s)\nStep 04: all 9 checks pass.\n```\n")
+    assert experiments.compare_solution_output(run + "\n✓ gelu (2 s)", "/tmp/copies") == [  # every block's problem
+        "five.md ← pixi run s05 on the solution: not in a real run: (no block); `python -m "
+        "course.authoring.experiments --check-outputs --write` refreshes it",
+        "four.md ← pixi run s04 on the solution: the verdict does not count its 1 checks"]
+    (book / "four.md").unlink()
     assert experiments.compare_solution_output(run, "/tmp/copies") == [
         "five.md ← pixi run s05 on the solution: not in a real run: (no block); `python -m "
         "course.authoring.experiments --check-outputs --write` refreshes it"]
+
+
+def test_a_solutions_check_names_its_file_as_the_page_does(book):
+    """a ✓ line that names the step's file: the run's scratch folder is the page's steps/"""
+    (book / "five.md").write_text(CHECK_PAGE.replace("wte has", "wte in steps/step_05.py has"))
+    run = "\n".join(SOLUTION_5.splitlines()[1:3]).replace("steps/", "/tmp/copies/").replace("wte has", "wte in /tmp/copies/step_05.py has")
+    assert experiments.compare_solution_output(run, "/tmp/copies") == []
+
+
+NOW = "✓ a new check (0.1 s)\n✓ now the"  # the solution's run: a check more, one reworded
 
 
 @pytest.fixture
@@ -285,7 +319,7 @@ def canned_checks(book, monkeypatch):
         copied = sorted(path.name for path in folder.glob("step_*.py"))
         runs.append((number, kind, copied))
         colour = "\x1b[32m"
-        text = {(5, "stub"): STUB_5.replace("1.5 s", "3.0 s"), (5, "solution"): SOLUTION_5.replace("✓ the", "✓ now the"),
+        text = {(5, "stub"): STUB_5.replace("1.5 s", "3.0 s"), (5, "solution"): SOLUTION_5.replace("✓ the", NOW),
                 (7, "stub"): "✗ seven"}[number, kind]
         return f"{colour}First run on this machine: a minute\n" + text.replace("steps/", f"{folder}/") + "\n"
 
@@ -303,20 +337,23 @@ def test_check_outputs_runs_each_marked_check_and_names_what_differs(canned_chec
     assert canned_checks == [(5, "stub", []), (5, "solution", solutions), (7, "stub", [])], canned_checks
     assert err.startswith("✓ five.md ← pixi run s05 on the stub\n✗ five.md ← pixi run s05 on the solution: the page "
                           "differs from a real run;"), err
-    assert "\n-✓ the lookup matches Hugging Face's (… s, max |Δ| …)\n+✓ now the lookup" in err, err
+    assert "\n-✓ the lookup matches Hugging Face's (… s, max |Δ| …)\n+✓ a new check (… s)\n+✓ now the lookup" in err, err
     assert "\n✗ five.md ← pixi run s07 on the stub: the page differs from a real run;" in err, err
+    assert err.endswith("\n2 of 3 check outputs need attention; `python -m course.authoring.experiments "
+                        "--check-outputs --write` rewrites them from real runs\n"), err
     assert (book / "five.md").read_text() == CHECK_PAGE
 
 
 def test_check_outputs_writes_the_runs_as_the_pages_show_them(canned_checks, book, capsys):
     """`--check-outputs --write`: each block that differs rewritten from the run as a page shows it (no colours, no
-    compile notes, the folder as steps/, its real timings), a missing one added; the steps named are the ones run"""
+    compile notes, the folder as steps/, its real timings), a missing one added below one that grew; the steps named
+    are the ones run"""
     assert experiments.main(["--check-outputs", "--write", "7", "05"]) == 0
     assert [run[:2] for run in canned_checks] == [(5, "stub"), (5, "solution"), (7, "stub")], canned_checks
     err = capsys.readouterr().err
     assert err == ("✓ five.md ← pixi run s05 on the stub\n✎ five.md ← pixi run s05 on the solution: output block "
                    "rewritten\n✎ five.md ← pixi run s07 on the stub: output block rewritten\n"), err
-    assert (book / "five.md").read_text() == CHECK_PAGE.replace("✓ the", "✓ now the").replace(
+    assert (book / "five.md").read_text() == CHECK_PAGE.replace("✓ the", NOW).replace(
         "7 stub -->\n", "7 stub -->\n```text\n✗ seven\n```\n")
     canned_checks.clear()
     assert experiments.main(["--check-outputs", "7"]) == 0 and canned_checks == [(7, "stub", [])], canned_checks
@@ -343,3 +380,13 @@ def test_a_check_runs_in_its_own_process_from_the_root(monkeypatch, tmp_path):
     [(command, cwd, timeout)] = calls
     assert command == [sys.executable, "-m", "course.check", "5", "--steps-dir", str(tmp_path)], command
     assert cwd == experiments.ROOT and 600 <= timeout, (cwd, timeout)  # minutes for a cold step, never for ever
+
+
+def test_help_names_the_command_its_first_line_and_each_option(capsys):
+    """--help: the command instructors type, the docstring's first paragraph as the description, what each option
+    does"""
+    paragraphs = experiments.__doc__.split("\n\n")
+    assert_help(experiments.main, capsys, "python -m course.authoring.experiments [-h]", paragraphs[0], paragraphs[1][:40], (
+        ("only", "run only the scripts whose file name contains one of these"),
+        ("--write", "rewrite the pages' output blocks from real runs"),
+        ("--check-outputs", "the pages' `pixi run sNN` outputs instead")))

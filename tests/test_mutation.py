@@ -4,16 +4,24 @@
 ``course.authoring.mutation.TARGETS`` (minutes, so not here) and records the sha256 of the code
 it mutated. These checks fail when a target has changed since, so that the appendix never
 shows the verdict on code that is gone. They also check the rule that sets aside mutants which
-only reword an error message, since its verdicts never reach mutmut.
+only reword an error message, since its verdicts never reach mutmut. And they check the tool itself
+(it is one of its own targets): the copy it makes, the mutants it lists, the verdicts it reads, the
+summary it writes and its command, on a small repository of their own.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from course.authoring.mutation import SUMMARY, TARGETS, digest, recorded, rewords_a_message
+from harness import assert_help, c_locale
 from course.outline import ROOT
 
 pytestmark = pytest.mark.course
@@ -55,6 +63,12 @@ def test_the_digest_is_of_the_code_mutmut_mutates(tmp_path):
 
     same = [CODE.replace("A module.", "The module, said otherwise."), CODE.replace('"""The area."""', '"""The area,\n    w by h."""'),
             CODE.replace("  # width times height", ""), CODE.replace("\n\n\n", "\n\n\n\n")]
+    for prefix in ("r", "R", "u", "U"):  # a raw or unicode docstring is a docstring too, in either quotes
+        for quotes in ('"""', "'''"):
+            docstring = f'{prefix}{quotes}The area.{quotes}'
+            assert of(CODE.replace('"""The area."""', docstring)) == of(CODE.replace('"""The area."""', docstring.replace(
+                "area", "surface"))), docstring
+    assert re.fullmatch("[0-9a-f]{12}", of(CODE)), of(CODE)  # the summary's column
     other = [CODE.replace("w * h", "w + h"), CODE.replace('"""The area."""', '"The area."')]
     assert [of(text) for text in same] == [of(CODE)] * len(same), "an edit mutmut cannot see changed the digest"
     assert of(CODE) not in [of(text) for text in other], "an edit of the code left the digest as it was"
@@ -71,7 +85,8 @@ FUNCTION = '''def vet(path, values):
 '''
 
 
-HELP = '''def parse(parser, argv):
+HELP = '''def parse(parser, argv, why):
+    parser.description = argparse.ArgumentParser(description="parses").description
     parser.add_argument("--n", type=int, default=1, help="how many, at most")
     with console.status(f"parsing {len(argv)} arguments …"):
         args = parser.parse_args(argv)
@@ -79,6 +94,11 @@ HELP = '''def parse(parser, argv):
     print("parsed")
     if args.n < 0:
         raise Stop("must be 0 or more" + f", got {args.n}")
+    if args.n > 9:
+        raise CourseException("no more than 9")
+    if not args:
+        raise ValueError(why)
+    console.print("done")
     return args
 '''
 
@@ -101,12 +121,19 @@ HELP = '''def parse(parser, argv):
     (HELP.replace('err.print("[dim]parsed[/]")', 'err.print("[dim]PARSED[/]")'), True),
     (HELP.replace('err.print("[dim]parsed[/]")', 'err.print(None)'), False),
     (HELP.replace('print("parsed")', 'print("XXparsedXX")'), False),  # a program's output, not a note
+    (HELP.replace('console.print("done")', 'console.print("XXdoneXX")'), False),  # the same, on a console
+    (HELP.replace('description="parses"', 'description="XXparsesXX"'), True),
+    (HELP.replace('CourseException("no more than 9")', 'CourseException("XXno more than 9XX")'), True),
+    (HELP.replace("raise ValueError(why)", "raise ValueError(None)"), False),  # the message itself, not its words
+    (HELP.replace(', default=1', ''), False),  # an argument dropped
+    (HELP.replace('"how many, at most"', '"XXhow many, at mostXX"').replace("args.n < 0", "args.n < 1"), False),
+    ("def parse(", False),  # not Python
 ])
 def test_only_a_messages_words_are_set_aside(mutated, rewords):
     """a mutant is set aside as rewording only when it changes nothing but the text of an exception's
     message (the program's Stop too), of a help text or of a spinner's line: not a comparison, a key, a flag's name, a default, a
     string the code uses, or the message's parts"""
-    original = HELP if "parse(" in mutated else FUNCTION
+    original = HELP if mutated.startswith("def parse(") else FUNCTION
     assert mutated != original
     assert rewords_a_message(original, mutated) is rewords, mutated
 
@@ -150,6 +177,24 @@ def test_a_solutions_todo_code_is_told_from_its_given_code():
         assert todos.get(where) == todo, (line, todos.get(where))
 
 
+def test_each_function_and_method_is_found_at_its_def_line():
+    from course.authoring.mutation import _function_lines
+
+    assert _function_lines(MODULE) == {"x_vet": 1, "xǁBoxǁarea": MODULE.splitlines().index("    def area(self, w, h):") + 1}
+
+
+def test_a_changed_line_is_found_in_an_async_or_decorated_function_and_a_diff_without_a_hunk_has_none():
+    import difflib
+
+    from course.authoring.mutation import _changed_line
+
+    for function, start in (("async def f(x):\n    y = x + 1\n    return y", 7), ("@cache\ndef f(x):\n    y = x + 1\n    return y", 8)):
+        diff = "\n".join(difflib.unified_diff(function.splitlines(), function.replace("x + 1", "x - 1").splitlines(),
+                                              lineterm=""))
+        assert _changed_line(function, diff, start) == start + 1, function  # the line after the def
+    assert _changed_line("def f():\n    pass", "", 3) is None
+
+
 def test_writing_one_target_keeps_the_others_lines():
     """--write with one target rewrites its lines and keeps every other target's as the summary had them"""
     from course.authoring.mutation import Mutant, Result, kept_lines, summary
@@ -166,3 +211,408 @@ def test_writing_one_target_keeps_the_others_lines():
     assert again == before, f"{before}\n---\n{again}"
     rerun = summary([result(first, ["killed", "killed", "equivalent"])], 2, kept_lines(before, [second]))
     assert "survived" not in rerun.split("Not killed")[1] and "  its TODO code" in rerun, rerun
+    # two solutions one after the other, each with its TODO code's row: each keeps its own
+    third, fourth = list(TARGETS)[-2:]
+    both = summary([result(third, ["killed"], todo=1), result(fourth, ["survived"], todo=2)], 2)
+    kept = kept_lines(both, [third, fourth])
+    for target in (third, fourth):
+        assert [row.split()[0] for row in kept[target][0]] == [target, "its"], kept[target]
+    assert summary([], 2, kept) == both
+
+
+# --- the tool's own road: the copy, the mutants, the verdicts, the summary, the command ----------------------------
+# On a small repository of its own (a module, a solution with a TODO, their tests), where the tool looks for the
+# course: mutmut itself lists the mutants, and only its run (minutes) is a stand-in that writes verdicts.
+
+MODULE = '''def vet(n):
+    """n — at most 2."""
+    if n > 2:
+        raise ValueError("n must be at most 2")
+    return str(n).split(":")[0]
+
+
+class Box:
+    def area(self, w, h):
+        return w * h
+'''
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A git repository with a module, a solution, their tests and the folders prepare() leaves out; the tool's
+    ROOT, WORK, SUMMARY and TARGETS point at it."""
+    import subprocess
+
+    from course.authoring import mutation
+
+    root = tmp_path / "repo"
+    files = {"pyproject.toml": '[project]\nname = "x"\n', "course/m.py": MODULE, "solutions/step_99_pick.py": SOLUTION,
+             "tests/test_m.py": "def test_m():\n    pass\n", ".ci/run": "true\n", ".github/ci.yml": "on: push\n",
+             "book/src/a.md": "# A\n", ".gitignore": "ignored/\n"}
+    for name, text in {**files, "ignored/big.bin": "x", "untracked.txt": "new\n"}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", *files], cwd=root, check=True)
+    monkeypatch.setattr(mutation, "ROOT", root)
+    monkeypatch.setattr(mutation, "WORK", root / ".mutation")
+    monkeypatch.setattr(mutation, "SUMMARY", root / "book" / "src" / "mutation-summary.txt")
+    monkeypatch.setattr(mutation, "TARGETS", {"course/m.py": ("tests/test_m.py", "tests/test_m.py::test_m"),
+                                              "solutions/step_99_pick.py": ("tests/test_m.py::test_m",)})
+    return root
+
+
+def test_the_copy_holds_the_working_tree_and_mutmuts_settings_for_its_target(repo):
+    """prepare(): every file git tracks or would track (not the ignored ones), a fresh copy each time; mutmut told
+    to mutate the target alone, under its tests, in a fork server warmed with the imports that survive a fork"""
+    import tomllib
+
+    from course.authoring import mutation
+
+    assert sorted(mutation._tracked_files()) == sorted([".ci/run", ".github/ci.yml", ".gitignore", "book/src/a.md",
+                                                        "course/m.py", "pyproject.toml", "solutions/step_99_pick.py",
+                                                        "tests/test_m.py", "untracked.txt"])
+    (repo / "book" / "src" / "a.md").unlink()  # tracked, but gone from the working tree: nothing to copy
+    assert "book/src/a.md" not in mutation._tracked_files()
+    (repo / "book" / "src" / "a.md").write_text("# A\n")
+    work = repo / ".mutation" / "w"
+    (work / "stale").mkdir(parents=True)
+    mutation.prepare("course/m.py", work)
+    assert not (work / "stale").exists() and (work / "course" / "m.py").read_text() == MODULE
+    assert (work / "untracked.txt").is_file() and not (work / "ignored").exists()
+    settings = tomllib.loads((work / "pyproject.toml").read_text())
+    assert settings["project"] == {"name": "x"}, settings  # the project's own lines kept
+    assert settings["tool"]["mutmut"] == {
+        "source_paths": ["course"], "only_mutate": ["course/m.py"],
+        "also_copy": ["book", "solutions", "tests", "mutation_plugin.py", "mutation_preload.txt"],
+        "pytest_add_cli_args": ["-p", "mutation_plugin", "-p", "no:cacheprovider"],
+        "pytest_add_cli_args_test_selection": ["tests/test_m.py", "tests/test_m.py::test_m"], "process_isolation": "forkserver",
+        "forkserver_warmup": "import", "preload_modules_file": "mutation_preload.txt", "use_git_change_detection": False,
+        "timeout_constant": 10.0}, settings["tool"]["mutmut"]
+    assert (work / "mutation_plugin.py").read_text() == mutation.PLUGIN
+    assert (work / "mutation_preload.txt").read_text().splitlines() == list(mutation.PRELOAD)
+
+
+def test_outside_a_git_repository_the_copy_is_refused(tmp_path, monkeypatch):
+    import subprocess
+
+    from course.authoring import mutation
+
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    (tmp_path / "plain").mkdir()
+    monkeypatch.setattr(mutation, "ROOT", tmp_path / "plain")
+    with pytest.raises(subprocess.CalledProcessError):
+        mutation._tracked_files()
+
+
+def test_a_solutions_copy_keeps_it_in_src_with_solutions_a_link_to_it(repo):
+    """a solution is mutated in src/ (mutmut drops that prefix from a mutant's name) and imported by the tests as
+    solutions/, a link to src/, in the copy and in mutmut's own copy of it, mutants/"""
+    import tomllib
+
+    from course.authoring import mutation
+
+    work = repo / ".mutation" / "s"
+    mutation.prepare("solutions/step_99_pick.py", work)
+    for folder in (work, work / "mutants"):
+        assert (folder / "solutions").is_symlink() and str((folder / "solutions").readlink()) == "src", folder
+    assert (work / "solutions" / "step_99_pick.py").read_text() == SOLUTION
+    settings = tomllib.loads((work / "pyproject.toml").read_text())["tool"]["mutmut"]
+    assert (settings["source_paths"], settings["only_mutate"], settings["also_copy"][:3]) == (
+        ["src"], ["src/step_99_pick.py"], ["book", "course", "tests"]), settings
+    assert settings["pytest_add_cli_args_test_selection"] == ["tests/test_m.py::test_m"]
+
+
+def test_the_mutants_are_mutmuts_each_with_its_lines_its_todo_and_why_it_is_equivalent(repo, monkeypatch):
+    """list_mutants(): mutmut's mutants of the target, named as mutmut names them, each with the line it changes
+    as written and as mutated, its diff, the TODO whose code it changes (solutions), and where it is equivalent, why:
+    a message reworded, or an entry of EQUIVALENT"""
+    from course.authoring import mutation
+
+    work = repo / ".mutation" / "m"
+    mutation.prepare("course/m.py", work)
+    entry = ("course/m.py", "x_vet", "if n > 2:", "if n >= 2:")
+    monkeypatch.setattr(mutation, "EQUIVALENT", {entry: "a reason"})
+    here = Path.cwd()
+    with c_locale():  # the module is read as UTF-8 whatever the locale
+        mutants = mutation.list_mutants("course/m.py", work)
+    assert Path.cwd() == here  # mutmut read its settings in the copy, and the tests' folder is back
+    functions = [mutant.function for mutant in mutants]
+    assert functions == sorted(functions, key=["x_vet", "xǁBoxǁarea"].index) and "xǁBoxǁarea" in functions, functions
+    for i, mutant in enumerate(mutants):
+        number = functions[: i + 1].count(mutant.function)
+        assert mutant.name == f"course.m.{mutant.function}__mutmut_{number}", mutant
+        assert mutant.before in [line.strip() for line in MODULE.splitlines()] and mutant.after != mutant.before, mutant
+        assert mutant.diff.startswith("--- course/m.py\n+++ course/m.py\n@@ ") and (
+            f"\n-{' ' * 4}" in mutant.diff or "\n-        " in mutant.diff), mutant.diff
+        assert mutant.todo is None
+    verdicts = {(mutant.before, mutant.after): (mutant.status, mutant.reason) for mutant in mutants}
+    assert verdicts[entry[2:]] == ("equivalent", "a reason")
+    reworded = [after for (before, after), (status, reason) in verdicts.items() if before.startswith("raise")
+                and reason == mutation.WORDING]
+    assert sorted(reworded) == ['raise ValueError("N MUST BE AT MOST 2")', 'raise ValueError("XXn must be at most 2XX")']
+    assert verdicts["raise ValueError(\"n must be at most 2\")", "raise ValueError(None)"] == ("not run", "")
+    assert verdicts["return w * h", "return w / h"] == ("not run", "")
+
+    mutation.prepare("solutions/step_99_pick.py", work)
+    todos = {(mutant.before, mutant.todo) for mutant in mutation.list_mutants("solutions/step_99_pick.py", work)}
+    assert ("best = int(np.argmax(logits))", 4) in todos and ("if temperature < 0:  # given", None) in todos, todos
+    assert ("return x + 1", None) in todos, todos
+
+
+def test_a_change_of_several_lines_is_shown_as_one_with_its_parts():
+    from course.authoring.mutation import _changed_lines
+
+    diff = "--- f\n+++ f\n@@ -1,3 +1,2 @@\n def f():\n-    a = 1\n-    b = 2\n+    a = 2\n"
+    assert _changed_lines(diff) == ("a = 1 / b = 2", "a = 2")
+    assert _changed_lines("--- f\n+++ f\n@@ -1 +1 @@\n-x\n+y\n") == ("x", "y")
+    assert _changed_lines("--- f\n+++ f\n@@ -1 +1,2 @@\n-x\n+y\n+z\n") == ("x", "y / z")
+
+
+def _meta(work, target, codes):
+    from course.authoring.mutation import _in_copy
+
+    path = work / "mutants" / f"{_in_copy(target)}.meta"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"exit_code_by_key": codes}), encoding="utf-8")
+
+
+def test_a_run_hands_mutmut_the_mutants_not_set_aside_and_reads_its_verdicts(repo, monkeypatch, capsys):
+    """run(): a fresh copy; one line on what runs; `mutmut run` in the copy on every mutant not set aside, its output
+    in mutmut.log; its exit codes as verdicts (a crash of the tests' process as a kill, as the red run it is); the
+    run's seconds kept for --last; mutmut's own failure one line with its log"""
+    import signal
+    import subprocess
+
+    from course.authoring import mutation
+
+    work = repo / ".mutation" / "course-m"
+    calls, git = [], subprocess.run
+
+    def mutmut(command, cwd=None, stdout=None, stderr=None, check=False, **kwargs):
+        if command[0] == "git":  # prepare's list of the files
+            return git(command, cwd=cwd, check=check, **kwargs)
+        calls.append((command, cwd, stdout.name, stderr))
+        stdout.write("mutmut's progress: 🎉 1 🙁 0\n")  # mutmut draws its progress with emoji
+        if check and returncode:
+            raise subprocess.CalledProcessError(returncode, command)
+        codes = [1, 0, -11, -signal.SIGABRT, 35, 36, 5, 3]
+        _meta(cwd, "course/m.py", {name: codes[i % len(codes)] for i, name in enumerate(command[4:])})
+        return subprocess.CompletedProcess(command, returncode)
+
+    monkeypatch.setattr(subprocess, "run", mutmut)
+    returncode = 0
+    with c_locale():  # its log is written as UTF-8 whatever the locale
+        result = mutation.run("course/m.py", 3)
+    [(command, cwd, log, stderr)] = calls
+    names = [mutant.name for mutant in result.mutants if mutant.reason != mutation.WORDING]
+    assert command == [str(Path(sys.executable).with_name("mutmut")), "run", "--max-children", "3", *names], command
+    assert (cwd, log, stderr) == (work, str(work / "mutmut.log"), subprocess.STDOUT)
+    assert (work / "mutmut.log").read_text(encoding="utf-8") == "mutmut's progress: 🎉 1 🙁 0\n"
+    wording = len(result.mutants) - len(names)
+    assert capsys.readouterr().out == (f"course/m.py: {len(result.mutants)} mutants, {wording} reword a message or are "
+                                       f"listed as equivalent; mutmut runs the other {len(names)} under tests/test_m.py, "
+                                       "tests/test_m.py::test_m\n")
+    expected = ["killed", "survived", "killed", "killed", "suspicious", "timeout", "no tests", "killed"]
+    assert [m.status for m in result.mutants if m.reason != mutation.WORDING] == [
+        expected[i % len(expected)] for i in range(len(names))]
+    assert result.target == "course/m.py" and result.digest == mutation.digest("course/m.py")
+    assert 0 <= result.seconds < 60 and result.finished <= time.time()
+    assert (work / "run-seconds.txt").read_text() == f"{result.seconds:.0f}\n"
+
+    returncode = 2
+    with pytest.raises(SystemExit) as failed:
+        mutation.run("course/m.py", 2)
+    assert str(failed.value) == f"mutmut failed on course/m.py (exit 2); its output: {work / 'mutmut.log'}"
+
+
+def test_last_reads_the_last_runs_verdicts_and_time_and_refuses_another_versions(repo, monkeypatch):
+    """run(last=True): no copy made, mutmut not run; the verdicts and the time of the run in .mutation/ (unknown if it
+    never ended); refused, naming the folder, if the code has changed since or was never run"""
+    import os
+    import subprocess
+
+    from course.authoring import mutation
+
+    work = repo / ".mutation" / "course-m"
+    with pytest.raises(SystemExit) as never:
+        mutation.run("course/m.py", 2, last=True)
+    assert str(never.value) == f"the last run in {work} mutated another version of course/m.py: run it again"
+    mutation.prepare("course/m.py", work)
+    (work / "course" / "extra.py").write_text("")  # a copy made anew would not have it
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("--last runs nothing"))
+    names = [m.name for m in mutation.list_mutants("course/m.py", work)]
+    _meta(work, "course/m.py", {name: 1 for name in names[1:]})  # the first never ran: a stopped run
+    result = mutation.run("course/m.py", 2, last=True)
+    assert (result.seconds, result.finished) == (None, None)
+    assert result.mutants[0].status == "not checked" and {m.status for m in result.mutants[1:]} == {"killed", "equivalent"}
+    assert [m.status for m in result.mutants if m.reason] == ["equivalent", "equivalent"]  # the reworded, as listed
+    (work / "run-seconds.txt").write_text("754\n")
+    os.utime(work / "run-seconds.txt", (1_700_000_000, 1_700_000_000))
+    result = mutation.run("course/m.py", 2, last=True)
+    assert (result.seconds, result.finished) == (754.0, 1_700_000_000) and (work / "course" / "extra.py").is_file()
+    (repo / "course" / "m.py").write_text(MODULE.replace("n > 2", "n > 3"))
+    with pytest.raises(SystemExit) as changed:
+        mutation.run("course/m.py", 2, last=True)
+    assert str(changed.value) == f"the last run in {work} mutated another version of course/m.py: run it again"
+
+
+def _result(target, statuses, todo=None, seconds=754.0, finished=1_700_000_000.0):
+    """A Result with a mutant of each status (x_f's ``a = i`` -> ``a = i + 1``), in ``todo``'s code if given."""
+    from course.authoring.mutation import WORDING, Mutant, Result
+
+    mutants = []
+    for i, status in enumerate(statuses):
+        reason = WORDING if status == "wording" else "why: |Δ| → 0" if status == "equivalent" else ""
+        mutants.append(Mutant(f"{target}.x_f__mutmut_{i}", "x_f", f"a = {i}", f"a = {i + 1}", f"diff {i}",
+                              "equivalent" if status == "wording" else status, reason, todo))
+    return Result(target, "0123456789ab", mutants, seconds, finished)
+
+
+def test_the_summary_counts_each_column_under_its_name_and_lists_what_is_explained_and_what_is_not(repo):
+    """summary(): the header with the tool and the workers; a row per target in TARGETS' order, each count under its
+    column, the run's time and date (or unknown); a solution's TODO code on a row of its own; the equivalents, the
+    messages reworded counted on one line; then what is neither killed nor explained, or "none"."""
+    import os
+
+    from course.authoring.mutation import COLUMNS, EQUIVALENT_HEADING, LEFT_HEADING, WORDING, summary
+
+    module = _result("course/m.py", ["killed", "killed", "survived", "timeout", "no tests", "wording", "wording",
+                                     "equivalent", "not checked", "suspicious"])
+    solution = _result("solutions/step_99_pick.py", ["killed", "equivalent"], todo=4, seconds=None, finished=None)
+    solution.mutants.append(_result("solutions/step_99_pick.py", ["killed"]).mutants[0])  # given code
+    text = summary([solution, module], 3, tool="mutmut 9.9")
+    lines = text.splitlines()
+    assert lines[0] == (f"python -m course.authoring.mutation --write: mutmut 9.9, 3 workers on {os.cpu_count()} cores; "
+                        "each target as its last run found it, with that run's time and date (\"other\" counts the "
+                        "mutants a stopped run never ran)") and lines[1] == "", lines[:2]
+    header = lines[2]
+    assert header.startswith("file  ") and header.index("sha256") == lines[3].index("0123456789ab"), header
+    assert header.split() == ["file", "sha256", "mutants", "killed", "equivalent", "survived", "timed", "out", "no",
+                              "tests", "other", "run", "time", "date"], header
+
+    def cells(row):
+        """each column's cell: the text that ends where its name ends in the header"""
+        found = {}
+        for column in (*COLUMNS, "run time"):
+            end = header.index(column) + len(column)
+            start = row.rfind("  ", 0, end) + 2
+            found[column] = row[start:end]
+        return found
+
+    m_row, s_row, todo_row = lines[3], lines[4], lines[5]
+    assert m_row.startswith("course/m.py ") and s_row.startswith("solutions/step_99_pick.py "), lines[3:6]
+    assert cells(m_row) == {"mutants": "10", "killed": "2", "equivalent": "3", "survived": "1", "timed out": "1",
+                            "no tests": "1", "other": "2", "run time": "12 min 34 s"}, m_row
+    assert m_row.split()[1] == "0123456789ab" and m_row.endswith(
+        "  " + time.strftime("%Y-%m-%d", time.localtime(1_700_000_000))), m_row
+    assert cells(s_row) == {"mutants": "1", "killed": "1", "equivalent": "0", "survived": "0", "timed out": "0",
+                            "no tests": "0", "other": "0", "run time": "(unknown)"}, s_row
+    assert s_row.endswith("  (unknown)  (date unknown)"), s_row
+    assert todo_row.startswith("  its TODO code ") and cells(todo_row) | {"run time": None} == {
+        "mutants": "2", "killed": "1", "equivalent": "1", "survived": "0", "timed out": "0", "no tests": "0",
+        "other": "0", "run time": None} and len(todo_row) == header.index("other") + 5, todo_row
+    assert lines[6:] == [
+        "", EQUIVALENT_HEADING,
+        f"  course/m.py: 2 mutants {WORDING}",
+        "  course/m.py x_f: `a = 7` -> `a = 8`: why: |Δ| → 0",
+        "  solutions/step_99_pick.py x_f (TODO 4): `a = 1` -> `a = 2`: why: |Δ| → 0",
+        "", LEFT_HEADING,
+        "  course/m.py: 1 mutants not run (the run stopped before them; run it again)",
+        "  course/m.py x_f (survived): `a = 2` -> `a = 3`",
+        "  course/m.py x_f (no tests): `a = 4` -> `a = 5`",
+        "  course/m.py x_f (suspicious): `a = 9` -> `a = 10`"], lines[6:]
+    assert todo_row.split()[:4] == ["its", "TODO", "code", "2"], todo_row  # no sha256, no run: its counts only
+    settled = summary([_result("course/m.py", ["killed", "timeout", "equivalent"])], 2)
+    assert settled.endswith(f"\n\n{LEFT_HEADING} none\n"), settled
+    assert settled.startswith("python -m course.authoring.mutation --write: mutmut, 2 workers on "), settled
+
+
+def test_a_runs_time_is_in_whole_minutes_and_seconds():
+    from course.authoring.mutation import _minutes
+
+    assert [_minutes(s) for s in (0, 59.9, 60, 754.4, 3599, 4250.7)] == [
+        "0 min 0 s", "0 min 59 s", "1 min 0 s", "12 min 34 s", "59 min 59 s", "70 min 50 s"]
+
+
+def test_the_recorded_digests_are_the_tables_first_line_for_each_target(repo):
+    from course.authoring import mutation
+
+    assert mutation.recorded() == {}  # no summary yet
+    mutation.SUMMARY.write_text("header course/m.py\n\nfile  sha256\ncourse/m.py  aaaaaaaaaaaa  3\n"
+                                "solutions/step_99_pick.py  short  1\ncourse/other.py  bbbbbbbbbbbb\n"
+                                "solutions/step_99_pick.py  cccccccccccc\n  course/m.py x_f: `a` -> `b`: max |Δ| why\n"
+                                "course/m.py  dddddddddddd  3\n", encoding="utf-8")
+    with c_locale():  # the summary quotes the code, which is not ASCII
+        assert mutation.recorded() == {"course/m.py": "aaaaaaaaaaaa", "solutions/step_99_pick.py": "cccccccccccc"}
+
+
+def test_the_command_runs_the_targets_asked_prints_the_summary_and_each_survivor_and_writes_with_write(repo, monkeypatch,
+                                                                                                       capsys):
+    """`python -m course.authoring.mutation [TARGET ...] [--children N] [--last] [--write]`: each target run (all of
+    TARGETS by default), the summary and each unsettled mutant's diff printed, exit 1 while one is left; --write
+    rewrites the summary, the targets not run as it had them; an unknown target refused with the list"""
+    import importlib.metadata
+    import os
+
+    from course.authoring import mutation
+
+    runs, verdicts = [], {"course/m.py": ["killed", "survived"], "solutions/step_99_pick.py": ["killed", "timeout"]}
+
+    def run(target, children, last=False):
+        runs.append((target, children, last))
+        return _result(target, verdicts[target])
+
+    monkeypatch.setattr(mutation, "run", run)
+    cpu_count = os.cpu_count
+    for cores, children in ((3, 3), (None, 2)):  # a worker a core; 2 where Python cannot tell
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        runs.clear()
+        mutation.main(["course/m.py"])
+        assert runs == [("course/m.py", children, False)], (cores, runs)
+    monkeypatch.setattr(os, "cpu_count", cpu_count)
+    capsys.readouterr()
+    runs.clear()
+    assert mutation.main(["course/m.py", "--children", "3"]) == 1
+    out = capsys.readouterr().out
+    tool = f"mutmut {importlib.metadata.version('mutmut')}"
+    assert runs == [("course/m.py", 3, False)] and out.startswith("\n" + mutation.summary(
+        [_result("course/m.py", verdicts["course/m.py"])], 3, tool=tool)), out
+    assert out.endswith("\ncourse/m.py.x_f__mutmut_1 (survived):\ndiff 1\n") and "__mutmut_0" not in out, out
+    assert not mutation.SUMMARY.exists()
+
+    verdicts["course/m.py"] = ["killed", "equivalent"]
+    runs.clear()
+    with c_locale():  # the summary is written and read as UTF-8 whatever the locale (it quotes code: |Δ|, →)
+        assert mutation.main(["--write", "--last"]) == 0
+    assert runs == [("course/m.py", os.cpu_count(), True), ("solutions/step_99_pick.py", os.cpu_count(), True)], runs
+    written = mutation.SUMMARY.read_text()
+    assert capsys.readouterr().out == f"\n{written}wrote book/src/mutation-summary.txt\n"
+    verdicts["solutions/step_99_pick.py"] = ["survived"]
+    with c_locale():
+        assert mutation.main(["--write", "course/m.py"]) == 0  # the solution's lines kept as they were
+    assert mutation.SUMMARY.read_text() == written
+
+    with pytest.raises(SystemExit):
+        mutation.main(["course/m.py", "course/x.py", "x.py"])
+    assert capsys.readouterr().err.endswith(
+        "error: not a target: course/x.py, x.py (targets: course/m.py, solutions/step_99_pick.py)\n")
+
+
+def test_help_names_the_command_and_each_option(repo, capsys):
+    from course.authoring import mutation
+
+    paragraphs = mutation.__doc__.split("\n\n")
+    assert_help(mutation.main, capsys, "python -m course.authoring.mutation [-h]", paragraphs[0], paragraphs[1][:40], (
+        ("targets", "the files to mutate (default: all of course/m.py, solutions/step_99_pick.py)"),
+        ("--write", "rewrite book/src/mutation-summary.txt: the targets run, and the others' lines"),
+        ("--children CHILDREN", "mutants run at once"),
+        ("--last", "run nothing: report (and with --write, record) the verdicts of the last run")))
+
+
+def test_a_message_reworded_with_code_changed_after_it_is_not_set_aside():
+    """the walk goes on past a reworded message: a change to the code found later (deeper) still counts"""
+    original = 'def check(n):\n    if n:\n        raise ValueError("too many")\n    return [[[n + 1]]]\n'
+    reworded = original.replace('"too many"', '"XXtoo manyXX"')
+    assert rewords_a_message(original, reworded) is True
+    assert rewords_a_message(original, reworded.replace("n + 1", "n + 2")) is False

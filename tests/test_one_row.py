@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from course.authoring import one_row
+from harness import assert_help
 
 pytestmark = pytest.mark.course
 
@@ -120,12 +121,6 @@ def test_main_refuses_nothing_and_defaults_to_the_head(monkeypatch):
 def test_help_names_the_command_and_its_first_line(capsys):
     """--help: the command learners type, the docstring's first line, alone, as the description, and what --rows and
     --width are"""
-    with pytest.raises(SystemExit) as stopped:
-        one_row.main(["--help"])
-    out = capsys.readouterr().out
-    assert stopped.value.code == 0 and out.startswith("usage: python -m course.authoring.one_row"), out
-    flat = " ".join(out.split())
-    first, usage = one_row.__doc__.splitlines()[0], " ".join(one_row.__doc__.splitlines()[2].split())
-    assert first in flat and usage not in flat, out
-    for flag, words in (("--rows ROWS", "the weight's rows (out); 50257 is GPT-2's head"), ("--width WIDTH", "the weight's width (in)")):
-        assert f"{flag} {words}" in flat, f"--help gives {flag} without its help, {words!r}:\n{out}"
+    lines = one_row.__doc__.splitlines()
+    assert_help(one_row.main, capsys, "python -m course.authoring.one_row", lines[0], lines[2], (
+        ("--rows ROWS", "the weight's rows (out); 50257 is GPT-2's head"), ("--width WIDTH", "the weight's width (in)")))

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from course.outline import ROOT, SOLUTIONS
-from harness import greedy_agreement, no_mojo, solution
+from harness import c_locale, greedy_agreement, no_mojo, solution
 from reference import GEN, GEN_LLAMA, generation_model, hf_greedy, llama_hf_config, rounded_logits, seeded
 from trained_bpe import train_byte_bpe
 
@@ -1182,20 +1182,11 @@ def test_a_float16_checkpoint_is_written_as_float32(checkpoint, gguf_dir):
 def test_the_gguf_file_is_the_same_under_an_ascii_locale(checkpoint, gguf_dir):
     """write_f32 reads vocab.json and merges.txt as UTF-8 whatever the locale says (GPT-2's byte-level
     vocabulary is not ASCII): the file written under the C locale is the file written under UTF-8"""
-    import locale
-
     from course.programs import llama
 
-    if sys.flags.utf8_mode:
-        pytest.skip("Python's UTF-8 mode is on: text files are read as UTF-8 whatever the locale")
     expected = llama.write_f32(checkpoint, gguf_dir / "utf8.gguf").read_bytes()
-    saved = locale.setlocale(locale.LC_CTYPE)
-    try:
-        locale.setlocale(locale.LC_CTYPE, "C")
-        assert locale.getpreferredencoding(False) != "UTF-8", locale.getpreferredencoding(False)
+    with c_locale():
         written = llama.write_f32(checkpoint, gguf_dir / "ascii.gguf").read_bytes()
-    finally:
-        locale.setlocale(locale.LC_CTYPE, saved)
     assert written == expected, "the GGUF file differs under the C locale"
 
 

@@ -263,7 +263,11 @@ def refresh_check_outputs(write: bool, only: list[str]) -> int:
                 print("✗ " + _drift(block, normalize_check(block.recorded), normalize_check(real)), file=sys.stderr)
     for block, real in sorted(rewrite, key=lambda item: (item[0].chapter, -item[0].marker_line)):
         write_block(block, real)
-    return 1 if problems else 0
+    if problems:
+        print(f"{problems} of {len(blocks)} check outputs need attention; `python -m course.authoring.experiments "
+              "--check-outputs --write` rewrites them from real runs", file=sys.stderr)
+        return 1
+    return 0
 
 
 def normalize(text: str) -> str:

@@ -38,6 +38,9 @@ tokenizer, batches and steps. Its held-out text is the GPT-2 model's ``heldout.t
 word for word, and no paragraph of it is trained on, so that the two models'
 perplexities are measured on the same tokens (chapter 24).
 
+A step: a batch of 8 windows of the context's length, each starting anywhere in the
+trained text; AdamW (betas 0.9 and 0.95, weight decay 0.1) at a learning rate warmed up
+over 50 steps to 3e-3 and then down a cosine to a tenth; gradients clipped to norm 1.
 The run is seeded (``--seed``): its batches come from one NumPy generator and its
 initial weights from ``torch.manual_seed``. On the same machine it writes the same
 weights; elsewhere, the same curve up to float rounding.
