@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import contextlib
-import locale
 import importlib
 import importlib.util
 import inspect
+import locale
 import sys
 import types
 from collections.abc import Callable, Iterable

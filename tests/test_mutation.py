@@ -195,25 +195,32 @@ def test_a_changed_line_is_found_in_an_async_or_decorated_function_and_a_diff_wi
     assert _changed_line("def f():\n    pass", "", 3) is None
 
 
+def _result(target, statuses, todo=None, seconds=754.0, finished=1_700_000_000.0):
+    """A Result with a mutant of each status (x_f's ``a = i`` -> ``a = i + 1``), in ``todo``'s code if given."""
+    from course.authoring.mutation import WORDING, Mutant, Result
+
+    mutants = []
+    for i, status in enumerate(statuses):
+        reason = WORDING if status == "wording" else "why: |Δ| → 0" if status == "equivalent" else ""
+        mutants.append(Mutant(f"{target}.x_f__mutmut_{i}", "x_f", f"a = {i}", f"a = {i + 1}", f"diff {i}",
+                              "equivalent" if status == "wording" else status, reason, todo))
+    return Result(target, "0123456789ab", mutants, seconds, finished)
+
+
 def test_writing_one_target_keeps_the_others_lines():
     """--write with one target rewrites its lines and keeps every other target's as the summary had them"""
-    from course.authoring.mutation import Mutant, Result, kept_lines, summary
-
-    def result(target: str, verdicts: list[str], todo: int | None = None) -> Result:
-        mutants = [Mutant(f"m{i}", "x_f", f"a = {i}", f"a = {i + 1}", "", status, "why" if status == "equivalent" else "",
-                       todo) for i, status in enumerate(verdicts)]
-        return Result(target, "0123456789ab", mutants, seconds=75.0, finished=0.0)
+    from course.authoring.mutation import kept_lines, summary
 
     first, second = list(TARGETS)[0], list(TARGETS)[-1]
-    before = summary([result(first, ["killed", "survived", "equivalent"]), result(second, ["killed"], todo=3)], 2)
+    before = summary([_result(first, ["killed", "survived", "equivalent"]), _result(second, ["killed"], todo=3)], 2)
     assert f"  {first} x_f (survived): `a = 1` -> `a = 2`" in before and "  its TODO code" in before, before
-    again = summary([result(second, ["killed"], todo=3)], 2, kept_lines(before, [first]))
+    again = summary([_result(second, ["killed"], todo=3)], 2, kept_lines(before, [first]))
     assert again == before, f"{before}\n---\n{again}"
-    rerun = summary([result(first, ["killed", "killed", "equivalent"])], 2, kept_lines(before, [second]))
+    rerun = summary([_result(first, ["killed", "killed", "equivalent"])], 2, kept_lines(before, [second]))
     assert "survived" not in rerun.split("Not killed")[1] and "  its TODO code" in rerun, rerun
     # two solutions one after the other, each with its TODO code's row: each keeps its own
     third, fourth = list(TARGETS)[-2:]
-    both = summary([result(third, ["killed"], todo=1), result(fourth, ["survived"], todo=2)], 2)
+    both = summary([_result(third, ["killed"], todo=1), _result(fourth, ["survived"], todo=2)], 2)
     kept = kept_lines(both, [third, fourth])
     for target in (third, fourth):
         assert [row.split()[0] for row in kept[target][0]] == [target, "its"], kept[target]
@@ -455,18 +462,6 @@ def test_last_reads_the_last_runs_verdicts_and_time_and_refuses_another_versions
     with pytest.raises(SystemExit) as changed:
         mutation.run("course/m.py", 2, last=True)
     assert str(changed.value) == f"the last run in {work} mutated another version of course/m.py: run it again"
-
-
-def _result(target, statuses, todo=None, seconds=754.0, finished=1_700_000_000.0):
-    """A Result with a mutant of each status (x_f's ``a = i`` -> ``a = i + 1``), in ``todo``'s code if given."""
-    from course.authoring.mutation import WORDING, Mutant, Result
-
-    mutants = []
-    for i, status in enumerate(statuses):
-        reason = WORDING if status == "wording" else "why: |Δ| → 0" if status == "equivalent" else ""
-        mutants.append(Mutant(f"{target}.x_f__mutmut_{i}", "x_f", f"a = {i}", f"a = {i + 1}", f"diff {i}",
-                              "equivalent" if status == "wording" else status, reason, todo))
-    return Result(target, "0123456789ab", mutants, seconds, finished)
 
 
 def test_the_summary_counts_each_column_under_its_name_and_lists_what_is_explained_and_what_is_not(repo):

@@ -274,6 +274,16 @@ def small_book(monkeypatch):
     monkeypatch.setattr(training, "KJV_CURVE_WINDOWS", CURVE_WINDOWS)
 
 
+def keep_saved_model(monkeypatch) -> dict:
+    """train() saves as it does, and the model it hands save() is kept, in float32 (save casts to float16), under
+    "model" in the dict returned."""
+    import copy
+
+    kept, save = {}, training.save
+    monkeypatch.setattr(training, "save", lambda model, *rest: (kept.update(model=copy.deepcopy(model)), save(model, *rest)))
+    return kept
+
+
 @pytest.fixture
 def trained(small_book, tmp_path, monkeypatch, capsys):
     """One short run of the GPT-2 family on the small book: 60 steps, so the held-out losses are measured at 0, 50
@@ -281,14 +291,12 @@ def trained(small_book, tmp_path, monkeypatch, capsys):
     printed (off a terminal, 200 columns wide), its seconds by the test's clock and the model it saved, in float32.
     (A fixture of each check's own: one shared by the module would run in the first check's setup, and mutmut
     would map train() to that check alone.)"""
-    import copy
     import types
 
     import rich
     from rich.console import Console
 
-    kept, save = {}, training.save
-    monkeypatch.setattr(training, "save", lambda model, *rest: (kept.update(model=copy.deepcopy(model)), save(model, *rest)))
+    kept = keep_saved_model(monkeypatch)
     monkeypatch.setattr(rich, "_console", Console(width=200))  # the bar's console: wide enough for all its columns
     capsys.readouterr()
     started = time.perf_counter()
@@ -481,14 +489,10 @@ def test_each_step_is_the_recipe_adamw_on_the_whole_vocabularys_cross_entropy(sm
     Hugging Face's on the folder, below), AdamW with betas 0.9 and 0.95 and weight decay 0.1 at the scheduled rate
     (warm-up of one step here, so that each step moves the weights by the full rate), gradients clipped to norm 1:
     the same weights, bit for bit, and the same losses"""
-    import copy
-
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    trained, save = {}, training.save
-    monkeypatch.setattr(training, "save", lambda model, *rest: (trained.update(model=copy.deepcopy(model)),
-                                                                save(model, *rest)))
+    trained = keep_saved_model(monkeypatch)
     monkeypatch.setattr(training, "WARMUP", 1)
     steps, seed, length = 3, 5, SHORT["n_positions"]
     record = training.train(tmp_path / "m", steps=steps, seed=seed, curve=None, sizes=SHORT)
