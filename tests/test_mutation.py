@@ -269,6 +269,18 @@ def repo(tmp_path, monkeypatch):
     return root
 
 
+@pytest.fixture
+def mutmut():
+    """The checks that run mutmut itself (marked `mutation`) need the `mutation` extra; without it they fail saying
+    so, as llama.cpp's checks do without theirs."""
+    import importlib.util
+
+    missing = [name for name in ("mutmut", "libcst") if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} not installed: pip install -e \".[mutation]\" (or pixi run -e mutation "
+                    f"...); `-m 'not mutation'` leaves out the checks that run mutmut", pytrace=False)
+
+
 def test_the_copy_holds_the_working_tree_and_mutmuts_settings_for_its_target(repo):
     """prepare(): every file git tracks or would track (not the ignored ones), a fresh copy each time; mutmut told
     to mutate the target alone, under its tests, in a fork server warmed with the imports that survive a fork"""
@@ -330,7 +342,8 @@ def test_a_solutions_copy_keeps_it_in_src_with_solutions_a_link_to_it(repo):
     assert settings["pytest_add_cli_args_test_selection"] == ["tests/test_m.py::test_m"]
 
 
-def test_the_mutants_are_mutmuts_each_with_its_lines_its_todo_and_why_it_is_equivalent(repo, monkeypatch):
+@pytest.mark.mutation
+def test_the_mutants_are_mutmuts_each_with_its_lines_its_todo_and_why_it_is_equivalent(repo, mutmut, monkeypatch):
     """list_mutants(): mutmut's mutants of the target, named as mutmut names them, each with the line it changes
     as written and as mutated, its diff, the TODO whose code it changes (solutions), and where it is equivalent, why:
     a message reworded, or an entry of EQUIVALENT"""
@@ -384,7 +397,8 @@ def _meta(work, target, codes):
     path.write_text(json.dumps({"exit_code_by_key": codes}), encoding="utf-8")
 
 
-def test_a_run_hands_mutmut_the_mutants_not_set_aside_and_reads_its_verdicts(repo, monkeypatch, capsys):
+@pytest.mark.mutation
+def test_a_run_hands_mutmut_the_mutants_not_set_aside_and_reads_its_verdicts(repo, mutmut, monkeypatch, capsys):
     """run(): a fresh copy; one line on what runs; `mutmut run` in the copy on every mutant not set aside, its output
     in mutmut.log; its exit codes as verdicts (a crash of the tests' process as a kill, as the red run it is); the
     run's seconds kept for --last; mutmut's own failure one line with its log"""
@@ -433,7 +447,8 @@ def test_a_run_hands_mutmut_the_mutants_not_set_aside_and_reads_its_verdicts(rep
     assert str(failed.value) == f"mutmut failed on course/m.py (exit 2); its output: {work / 'mutmut.log'}"
 
 
-def test_last_reads_the_last_runs_verdicts_and_time_and_refuses_another_versions(repo, monkeypatch):
+@pytest.mark.mutation
+def test_last_reads_the_last_runs_verdicts_and_time_and_refuses_another_versions(repo, mutmut, monkeypatch):
     """run(last=True): no copy made, mutmut not run; the verdicts and the time of the run in .mutation/ (unknown if it
     never ended); refused, naming the folder, if the code has changed since or was never run"""
     import os
@@ -542,8 +557,9 @@ def test_the_recorded_digests_are_the_tables_first_line_for_each_target(repo):
         assert mutation.recorded() == {"course/m.py": "aaaaaaaaaaaa", "solutions/step_99_pick.py": "cccccccccccc"}
 
 
-def test_the_command_runs_the_targets_asked_prints_the_summary_and_each_survivor_and_writes_with_write(repo, monkeypatch,
-                                                                                                       capsys):
+@pytest.mark.mutation
+def test_the_command_runs_the_targets_asked_prints_the_summary_and_each_survivor_and_writes_with_write(
+        repo, mutmut, monkeypatch, capsys):
     """`python -m course.authoring.mutation [TARGET ...] [--children N] [--last] [--write]`: each target run (all of
     TARGETS by default), the summary and each unsettled mutant's diff printed, exit 1 while one is left; --write
     rewrites the summary, the targets not run as it had them; an unknown target refused with the list"""
