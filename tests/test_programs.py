@@ -913,6 +913,16 @@ def test_the_road_builds_the_runner_asked_for(checkpoint, llama_checkpoint, mojo
                 f"{options}: the checkpoint's arrays are not the huge pages' views ({len(roots)} buffers)")
             copied = [name for name, w in runner.model.parameters if np.from_dlpack(w).ctypes.data != state[name].ctypes.data]
             assert not copied, f"{options}: MAX holds copies of {copied[:3]}, not the huge pages"
+        layers, heads, head_dim = GEN["n_layer"], GEN["n_head"], GEN["n_embd"] // GEN["n_head"]
+        for kind, buffers in (("key", runner.key_cache), ("value", runner.value_cache)):
+            arrays = [np.from_dlpack(b) for b in buffers]
+            assert [(a.shape, a.dtype) for a in arrays] == [((GEN["n_positions"], heads, head_dim), cache.to_numpy())] * layers, (
+                options, kind, [(a.shape, a.dtype) for a in arrays[:2]])
+            assert not any(a.any() for a in arrays), f"{options}: the {kind} cache does not start at zeros"
+            if hasattr(mmap, "MADV_HUGEPAGE"):  # a decode step streams the cache as it does the weights
+                mode, flags = _mapping_at(arrays[-1].ctypes.data)
+                assert mode == "rw-p" and "hg" in flags, (
+                    f"{options}: the {kind} cache's mapping is {mode} with VmFlags {flags}, not advised for huge pages")
     decode = build.compile_model(steps, build.load(steps, str(checkpoint), "gpt2"), cpu, cached=True, decode=True)
     assert decode.prefill_from == 1, decode.prefill_from  # every prompt through the prefill graph (as bench's roads)
     numbers, last = build.NEEDED["llama"]
@@ -1382,6 +1392,18 @@ def test_a_child_process_gets_the_environment_python_holds():
     assert child.stdout.strip() == f"{[os.environ.get(n) for n in runtime.MOJO_SETS]} {sys.prefix}", child.stdout
 
 
+def _mapping_at(address: int) -> tuple[str | None, list[str] | None]:
+    """The mode (rw-p: private) and VmFlags (hg: advised for huge pages) of this process's mapping holding ``address``."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        span = line.split(" ")[0]
+        if "-" in span and all(c in "0123456789abcdef-" for c in span):
+            start, end = (int(x, 16) for x in span.split("-"))
+            if start <= address < end:
+                return line.split()[1], next(l for l in lines[i + 1:] if l.startswith("VmFlags:")).split()[1:]
+    return None, None
+
+
 def test_weights_on_huge_pages_keep_their_values_in_one_advised_mapping():
     """course.runtime.on_huge_pages gives the same arrays back, each on a cache line, in memory advised for huge pages
 
@@ -1407,15 +1429,7 @@ def test_weights_on_huge_pages_keep_their_values_in_one_advised_mapping():
     assert starts[0] % runtime.HUGE_PAGE == 0, f"the first weight starts {starts[0] % runtime.HUGE_PAGE} bytes into a 2 MiB page"
     ends = [start + (placed[name].nbytes + 63) // 64 * 64 for start, name in zip(starts, weights)]
     assert starts[1:] == ends[:-1], f"the weights do not follow one another, each on the next cache line: {starts} {ends}"
-    address, mode, flags = placed["w"].ctypes.data, None, None
-    lines = Path("/proc/self/smaps").read_text().splitlines()
-    for i, line in enumerate(lines):
-        span = line.split(" ")[0]
-        if "-" in span and all(c in "0123456789abcdef-" for c in span):
-            start, end = (int(x, 16) for x in span.split("-"))
-            if start <= address < end:
-                mode, flags = line.split()[1], next(l for l in lines[i + 1:] if l.startswith("VmFlags:")).split()[1:]
-                break
+    mode, flags = _mapping_at(placed["w"].ctypes.data)
     assert flags is not None and "hg" in flags, f"the weights' mapping has VmFlags {flags}: not advised for huge pages"
     assert mode == "rw-p", f"the weights' mapping is {mode}: a shared mapping is shared memory, never on huge pages"
 

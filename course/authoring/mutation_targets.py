@@ -536,7 +536,7 @@ _ONLY_CPU = ("None is the CPU (MAX's CPU() is one object), the only device here:
              "would tell (main --device gpu)")
 _ON_DEVICE = {  # a runner's constructor, or the road to one, given the device: (function, the line as written)
     ("x_compile_model", "return _compile_llama(steps, pretrained, device, cached, quantize, decode or kernel)"),
-    ("x_compile_model", "return steps[16].DecodeNextLogits(model, config, device, getattr(DType, cache_type(kernel, "
+    ("x_compile_model", "runner = steps[16].DecodeNextLogits(model, config, device, getattr(DType, cache_type(kernel, "
                         "quantize)),"),
     ("x_compile_model", "return steps[15].CachedNextLogits(model, config, device)"),
     ("x_compile_model", "return steps[13].compile_next_logits(model, device)"),

@@ -69,7 +69,8 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     weights, compiled into ``next_logits(ids) -> [vocab_size]``.
 
     ``decode``: step 16's model and runner: a decode graph that multiplies each weight by
-    one row as ``W @ xᵀ`` and reads a cache allocated once. With ``quantize`` too, its
+    one row as ``W @ xᵀ`` and reads a cache allocated once; on the CPU the weights and
+    that cache lie on huge pages (chapter 16's "Fewer ops, and huge pages"). With ``quantize`` too, its
     Linear layers and head are the quantized ones, and only the cache is step 16's.
     ``kernel`` (with ``decode``, on the CPU): step 16's ``KernelGPT2LMHeadModel``, whose attention
     and one-row products are the course's Mojo kernels. With ``quantize`` too, its attention
@@ -108,11 +109,23 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
     if decode:
         from max.dtype import DType
 
-        return steps[16].DecodeNextLogits(model, config, device, getattr(DType, cache_type(kernel, quantize)),
-                                          prefill_from)
+        runner = steps[16].DecodeNextLogits(model, config, device, getattr(DType, cache_type(kernel, quantize)),
+                                            prefill_from)
+        if device.label == "cpu":  # its KV cache too: a decode step streams it as it streams the weights
+            runner.key_cache, runner.value_cache = _on_huge_pages(runner.key_cache), _on_huge_pages(runner.value_cache)
+        return runner
     if cached:
         return steps[15].CachedNextLogits(model, config, device)
     return steps[13].compile_next_logits(model, device)
+
+
+def _on_huge_pages(buffers: list) -> list:
+    """MAX buffers on the CPU moved onto huge pages (``runtime.on_huge_pages``): each a MAX buffer over its view, which
+    keeps the memory mapped while the buffer lives."""
+    from max.driver import Buffer
+
+    views = runtime.on_huge_pages(dict(enumerate(buffers)))
+    return [Buffer.from_dlpack(views[i]) for i in range(len(buffers))]
 
 
 def _compile_llama(steps: dict[int, object], pretrained, device, cached: bool, quantize: str | None, decode: bool):
