@@ -92,7 +92,10 @@ def report(folder: Path, files: list[str], args: list[str] = (), compiles: bool 
         patch.setenv("FAKE_COMPILE", "1" if compiles else "")
         for file in files:  # each run imports its own test_fake_step.py, not the module an earlier run left
             patch.delitem(sys.modules, Path(file).stem, raising=False)
-        code = runner.check(files, "Fake step", "it", [*args, "--import-mode=importlib"], progress)
+        # The fake step's folder is the run's root, wherever the course lies (a clone under /tmp would otherwise make
+        # /tmp the root, and -k would match the words of tmp_path's own name).
+        code = runner.check(files, "Fake step", "it", [*args, "--import-mode=importlib", "--rootdir", str(folder)],
+                            progress)
     return code, out.getvalue()
 
 
