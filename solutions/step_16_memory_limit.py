@@ -287,22 +287,51 @@ def one_row_add_kernel(x: Tensor, linear: Module, stream: Tensor) -> Tensor:
     return y
 
 
+def block_kernel(x: Tensor, block: Module, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A GPT-2 block's decode step for a single row x as one op, the Mojo kernel ``block_one_row``
+    (``course/kernels/block.mojo``; given code; CPU only, float32 weights, head sizes a multiple of 16): the
+    residual stream after the block, and the new key and value in the cache's type."""
+    from max.dtype import DType
+    from max.graph import DeviceRef, TensorType
+
+    from course.runtime import kernels
+
+    attn, mlp = block.attn, block.mlp
+    device = DeviceRef.from_device(x.device)
+    eps = F.constant([block.ln_1.eps], DType.float32, x.device)
+    row = [1, *past_k.shape[1:]]
+    y, k, v = F.custom("block_one_row", device, [x, block.ln_1.weight, block.ln_1.bias, eps, attn.c_attn.weight,
+                       attn.c_attn.bias, past_k, past_v, attn.c_proj.weight, attn.c_proj.bias, block.ln_2.weight,
+                       block.ln_2.bias, mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight, mlp.c_proj.bias],
+                       [TensorType(DType.float32, [1, x.shape[-1]], device), *[TensorType(past_k.dtype, row, device)] * 2],
+                       parameters={"cache": past_k.dtype}, custom_extensions=kernels())
+    return y, k, v
+
+
 class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
-    """Step 16's model with every one-row product, the head's too, and the attention by the Mojo kernels;
-    in float32 and in every quantized format, each block's decode step in five ops."""
+    """Step 16's model with every one-row product, the head's too, and the attention by the Mojo kernels:
+    with float32 weights each block's decode step is one op, in every quantized format five ops."""
 
     linear, one_row, attend = KernelDecodeLinear, staticmethod(one_row_kernel), staticmethod(attend_kernel)
+    blocks_as_one_op = True  # float32: each block one op (block_kernel); False: five ops, as the quantized formats
 
     def decode(self, input_ids: Tensor, past_keys: list[Tensor], past_values: list[Tensor]):
         """``DecodeGPT2LMHeadModel.decode`` with each layer norm and the small ops after each product in the
-        product's op: a block is ln_1 and c_attn, the attention, attn.c_proj and the residual add, ln_2, c_fc and
-        GELU, mlp.c_proj and the residual add. Quantized Linears (q4_0, q4_k, q6_k) are read in their blocks."""
+        product's op: a block is five ops, ln_1 and c_attn, the attention, attn.c_proj and the residual add, ln_2,
+        c_fc and GELU, mlp.c_proj and the residual add; with float32 weights and ``blocks_as_one_op``, all five in
+        one (``block_kernel``). Quantized Linears (q4_0, q4_k, q6_k) are read in their blocks."""
         body, head = self.transformer, self.head
         quantized = isinstance(head, Module)  # quantize_model swapped the head, as every Linear, for a quantized one
         x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])
         x = x.reshape([1, x.shape[-1]])
         keys, values = [], []
+        one_op = self.blocks_as_one_op and not quantized and int(past_keys[0].shape[-1]) % 16 == 0
         for block, past_k, past_v in zip(body.h, past_keys, past_values):
+            if one_op:
+                x, k, v = block_kernel(x, block, past_k, past_v)
+                keys.append(k)
+                values.append(v)
+                continue
             attn, mlp = block.attn, block.mlp
             y, k, v = self.attend(norm_one_row_kernel(x, block.ln_1, attn.c_attn.weight, attn.c_attn.bias,
                                                       format=format_of(attn.c_attn)), past_k, past_v)

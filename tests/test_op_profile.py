@@ -50,6 +50,7 @@ def test_a_step_without_ops_is_all_python():
 @pytest.mark.parametrize("name, kind", [
     ("mo.matmul", "the head and the layers' products (matmul)"), ("MatMul", "the head and the layers' products (matmul)"),
     ("custom.one_row_add", "the head and the layers' products (matmul)"),
+    ("custom.block_one_row", "whole blocks, one op each (--kernel, float32: products, attention and all)"),
     ("custom.attend_one", "the attention by the Mojo kernel (--kernel)"),
     ("Attend_One", "the attention by the Mojo kernel (--kernel)"),
     ("mo.concat", "concat (step 15: the cache, copied; step 16: the scores)"),

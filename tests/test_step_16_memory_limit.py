@@ -470,23 +470,41 @@ def test_mojo_fused_ops_equal_numpy(step, op, mojo_kernels):
     assert_close(to_numpy(run(from_numpy(x))), expected, f"the fused Mojo kernel ({op}) vs NumPy, W [67, 70]")
 
 
+def _kernel_model_against_hf(step, length: int, seed: int, **sizes) -> tuple[np.ndarray, np.ndarray]:
+    """KernelGPT2LMHeadModel's logits through both graphs (a prefill of 5 random tokens, then one decode step a
+    token up to ``length``), and GPT2LMHeadModel's at the same positions, on the same weights."""
+    reference = generation_model(**sizes)
+    config = solution(1).GPT2Config.from_hf(reference.config)
+    model = build(attribute(step, "KernelGPT2LMHeadModel"), config)
+    load_weights(model, to_max_state(reference))
+    next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
+    ids = np.random.default_rng(seed).integers(0, GEN["vocab_size"], size=length).tolist()
+    got = [call(next_logits, ids[:end], what=f"the call with {end} tokens") for end in range(5, length + 1)]
+    with torch.no_grad():
+        expected = reference(torch.tensor([ids])).logits[0, 4:].numpy()
+    return np.stack(got), expected
+
+
 def test_mojo_kernel_model_matches_the_whole_sequence(step, mojo_kernels):
     """with the Mojo kernel (KernelGPT2LMHeadModel), through both graphs, the logits equal GPT2LMHeadModel's
 
     Every one-row product and the head by the kernel; a prefill of 5 tokens, then 19 decode steps."""
     test_decode_linear_matches_conv1d(step, "one row")  # the model's own TODOs first, each with its named ✗
     test_head_scores_every_token(step)
-    reference = generation_model()
-    config = solution(1).GPT2Config.from_hf(reference.config)
-    model = build(attribute(step, "KernelGPT2LMHeadModel"), config)
-    load_weights(model, to_max_state(reference))
-    next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
-    ids = np.random.default_rng(18).integers(0, GEN["vocab_size"], size=24).tolist()
-    got = [call(next_logits, ids[:end], what=f"the call with {end} tokens") for end in range(5, len(ids) + 1)]
-    with torch.no_grad():
-        expected = reference(torch.tensor([ids])).logits[0, 4:].numpy()
-    assert_close(np.stack(got), expected,
+    got, expected = _kernel_model_against_hf(step, 24, seed=18)
+    assert_close(got, expected,
                  "logits with the Mojo kernel (a prefill of 5, then 19 decode steps) vs GPT2LMHeadModel over all 24")
+
+
+def test_mojo_kernel_model_matches_past_128_cached_tokens(step, mojo_kernels):
+    """past 128 cached tokens, where every core attends to its band of them and the bands merge, the kernel model's
+    logits still equal GPT2LMHeadModel's (float32: a block as one op)
+
+    A model of 256 positions; a prefill of 5 tokens, then decode steps to 140 tokens; the logits compared from the
+    120th on."""
+    got, expected = _kernel_model_against_hf(step, 140, seed=19, n_positions=256)
+    assert_close(got[115:], expected[115:],
+                 "logits with the Mojo kernel at 120-140 tokens (a prefill of 5, then decode steps) vs GPT2LMHeadModel")
 
 
 def test_every_linear_of_the_decode_model_is_a_decode_linear(step):
@@ -503,11 +521,12 @@ def test_every_linear_of_the_decode_model_is_a_decode_linear(step):
         assert kinds == [linear_name], f"{model_name}'s Linears are {kinds}, not all {linear_name}"
 
 
-def test_a_float32_kernel_decode_step_is_five_ops_a_block(step, mojo_kernels, monkeypatch):
-    """the float32 kernel model's decode graph takes each layer norm, bias, GELU and residual add into the products
+def test_a_float32_kernel_decode_step_is_one_op_a_block(step, mojo_kernels, monkeypatch):
+    """the float32 kernel model's decode graph runs each block as one op, and ln_f with the head as one more
 
-    Recorded while the decode graph is built: per block, norm_one_row (ln_1, c_attn), norm_one_row with GELU (ln_2,
-    c_fc) and two one_row_add (the projections and the residual adds); then norm_one_row for ln_f and the head."""
+    Recorded while the decode graph is built: block_kernel once a block (ln_1, c_attn, the attention, the
+    projections, the residual adds, ln_2, c_fc and GELU in the Mojo kernel block_one_row), none of the five ops a
+    quantized block takes; then norm_one_row for ln_f and the head."""
     the_todos_first(step)  # the prefill graph, built first, runs the learner's DecodeLinear
     reference = generation_model()
     config = solution(1).GPT2Config.from_hf(reference.config)
@@ -519,17 +538,16 @@ def test_a_float32_kernel_decode_step_is_five_ops_a_block(step, mojo_kernels, mo
             return kernel(*args, **kwargs)
         return record
 
-    for name in ("norm_one_row_kernel", "one_row_add_kernel"):
+    for name in ("block_kernel", "norm_one_row_kernel", "one_row_add_kernel"):
         monkeypatch.setattr(step, name, recording(name, attribute(step, name)))
     model = build(attribute(step, "KernelGPT2LMHeadModel"), config)
     load_weights(model, to_max_state(reference))
     next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
     call(next_logits.decode_graph, what="compiling the decode graph")
-    block = [("norm_one_row_kernel", False), ("one_row_add_kernel", False), ("norm_one_row_kernel", True),
-             ("one_row_add_kernel", False)]
-    assert calls == block * config.n_layer + [("norm_one_row_kernel", False)], (
-        f"building the float32 decode graph called {calls or 'no fused op'} (kernel, gelu); expected for each of "
-        f"the {config.n_layer} blocks {block}, then norm_one_row_kernel for ln_f and the head")
+    expected = [("block_kernel", False)] * config.n_layer + [("norm_one_row_kernel", False)]
+    assert calls == expected, (f"building the float32 decode graph called {calls or 'no fused op'} (kernel, gelu); "
+                               f"expected block_kernel for each of the {config.n_layer} blocks, then norm_one_row_kernel "
+                               "for ln_f and the head")
 
 
 @pytest.mark.parametrize("cache", ["float32", "float16"])

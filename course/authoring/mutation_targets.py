@@ -301,6 +301,9 @@ _CPU_ONLY = ("the fused kernels run on the CPU only, where a new tensor's defaul
              "device the CPU (runtime.setup): the same tensor")
 _PREFILL = "super().__init__(self.model, self.config, self.device)"
 _DECODE_ROWS = 'rows = TensorType(self.cache_dtype, ["past", heads, head_dim], self.device)'
+_BLOCK_EPS = "eps = F.constant([block.ln_1.eps], DType.float32, x.device)"
+_BLOCK_OUT = "[TensorType(DType.float32, [1, x.shape[-1]], device), *[TensorType(past_k.dtype, row, device)] * 2],"
+_ONE_OP = "one_op = self.blocks_as_one_op and not quantized and int(past_keys[0].shape[-1]) % 16 == 0"
 _NEW_ID = "new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)"
 #: Step 16's given code (solutions/step_16_memory_limit.py).
 _STEP_16 = {
@@ -313,10 +316,17 @@ _STEP_16 = {
     **{(_S16, "xǁKernelGPT2LMHeadModelǁdecode", _NO_BIAS, after): _CPU_ONLY for after in (
         _NO_BIAS.replace("dtype=wte.dtype", "dtype=None"), _NO_BIAS.replace("device=wte.device", "device=None"),
         _NO_BIAS.replace("dtype=wte.dtype, ", ""), _NO_BIAS.replace("device=wte.device", ""))},
-    **{(_S16, "x_attend_kernel", 'parameters={"cache": past_k.dtype}, custom_extensions=kernels())', after):
+    **{(_S16, function, 'parameters={"cache": past_k.dtype}, custom_extensions=kernels())', after):
        "MAX binds the kernel's `cache` parameter from past_k's dtype (its InputTensor's dtype=cache) when it is "
-       "not passed: the same kernel, float16 included" for after in (
-        "parameters=None, custom_extensions=kernels())", "custom_extensions=kernels())")},
+       "not passed: the same kernel, float16 included" for function in ("x_attend_kernel", "x_block_kernel")
+       for after in ("parameters=None, custom_extensions=kernels())", "custom_extensions=kernels())")},
+    **{(_S16, "x_block_kernel", _BLOCK_EPS, after): _CPU_ONLY for after in (
+        _BLOCK_EPS.replace("DType.float32", "None"), _BLOCK_EPS.replace("x.device", "None"),
+        _BLOCK_EPS.replace("x.device", ""))},
+    (_S16, "x_block_kernel", _BLOCK_OUT, _BLOCK_OUT.replace("x.shape[-1]", "x.shape[+1]")):
+        "decode hands block_kernel x as [1, C]: its axis 1 is its last",
+    (_S16, "xǁKernelGPT2LMHeadModelǁdecode", _ONE_OP, _ONE_OP.replace("past_keys[0]", "past_keys[1]")):
+        "every layer's cache has the same head size, so layer 1's is layer 0's",
     (_S16, "xǁDecodeGPT2LMHeadModelǁ__init__",
      "setattr(module, name, self.linear(in_dim, out_dim, bias=not isinstance(child.bias, int)))",
      "setattr(module, name, self.linear(in_dim, out_dim, ))"):

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EVENT = re.compile(r"\[OP\] (LAUNCH|COMPLETE) (.*) \[id=(\d+)\]")
 #: What the op names say, in words, first match wins.
 KINDS = [
+    ("whole blocks, one op each (--kernel, float32: products, attention and all)", re.compile(r"block_one_row", re.I)),
     ("the head and the layers' products (matmul)", re.compile(r"matmul|one_row", re.I)),
     ("the attention by the Mojo kernel (--kernel)", re.compile(r"attend_one", re.I)),
     ("concat (step 15: the cache, copied; step 16: the scores)", re.compile(r"concat", re.I)),

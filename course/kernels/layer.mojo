@@ -79,6 +79,23 @@ def products[format: StaticString, epilogue: def(Int, Int) capturing -> None](
         _ = row^
 
 
+@always_inline
+def norm_columns(z: UnsafePointer[mut=True, Float32, _], x: UnsafePointer[Float32, _], gamma: UnsafePointer[Float32, _],
+                 beta: UnsafePointer[Float32, _], eps: Float32, k: Int, start: Int, end: Int):
+    """z[c] = layer_norm(x)[c] for the columns start to end of x [k]: its mean, then its variance about the mean
+    (over all of x), then each column scaled and shifted."""
+    var total = Float32(0)
+    for c in range(k):
+        total += x.load(c)
+    var mean = total / Float32(k)
+    var spread = Float32(0)
+    for c in range(k):
+        spread += (x.load(c) - mean) * (x.load(c) - mean)
+    var scale = 1 / sqrt(spread / Float32(k) + eps)
+    for c in range(start, end):
+        z.store(c, (x.load(c) - mean) * scale * gamma.load(c) + beta.load(c))
+
+
 @compiler.register("norm_one_row")
 struct NormOneRow:
     """y = W @ layer_norm(x) + b, and GELU (tanh) of it where ``gelu``: x [1, K], W [N, K] in ``format`` -> y [1, N]."""
@@ -98,20 +115,10 @@ struct NormOneRow:
             raise Error("norm_one_row is a CPU kernel; on a GPU the course keeps MAX's ops")
         var n = y.dim_size(1)
         var k = x.dim_size(1)
-        var xs = x.unsafe_ptr()
-        # The layer norm of the one row, once: its mean, then its variance about the mean.
+        # The layer norm of the one row, once.
         var normed = List[Float32](length=k, fill=0)
         var z = normed.unsafe_ptr()
-        var total = Float32(0)
-        for c in range(k):
-            total += xs.load(c)
-        var mean = total / Float32(k)
-        var spread = Float32(0)
-        for c in range(k):
-            spread += (xs.load(c) - mean) * (xs.load(c) - mean)
-        var scale = 1 / sqrt(spread / Float32(k) + eps.unsafe_ptr().load(0))
-        for c in range(k):
-            z.store(c, (xs.load(c) - mean) * scale * gamma.unsafe_ptr().load(c) + beta.unsafe_ptr().load(c))
+        norm_columns(z, x.unsafe_ptr(), gamma.unsafe_ptr(), beta.unsafe_ptr(), eps.unsafe_ptr().load(0), k, 0, k)
         var out = y.unsafe_ptr()
         var bias = b.unsafe_ptr()
 

@@ -1,0 +1,172 @@
+# One GPT-2 block's decode step as one MAX custom op, float32 weights: ln_1 and c_attn, the
+# attention, attn.c_proj and the residual add, ln_2, c_fc and GELU, mlp.c_proj and the
+# residual add. Each core takes its band of every phase; between phases the cores wait
+# for each other at a barrier they spin on (well under a microsecond), where five ops
+# would each pay MAX's launch and a hand-off to the second core.
+
+import extensibility as compiler
+from extensibility import InputTensor, OutputTensor
+from max.algorithm import sync_parallelize
+from max.gpu.host import DeviceContext
+from std.atomic import Atomic
+from std.ffi import external_call
+from std.math import tanh
+from std.sys.info import num_physical_cores
+from max.runtime.asyncrt import parallelism_level
+
+from .attention import SHORT, attend_band, merge_heads
+from .layer import norm_columns
+from .one_row import dot_rows
+
+
+
+# ANCHOR: barrier
+@always_inline
+def wait_all(count: UnsafePointer[mut=True, Int64, _], phase: Int, cores: Int):
+    """Arrive at barrier ``phase`` (1, 2, ...) and spin until every core has."""
+    _ = Atomic[Int64].fetch_add(count, Int64(1))
+    var target = Int64(phase * cores)
+    var spins = 0
+    while Atomic[Int64].load(count) < target:
+        spins += 1
+        if spins > 20000:  # the other core's thread is not running (another program has the core): let it
+            _ = external_call["sched_yield", Int32]()
+# ANCHOR_END: barrier
+
+
+@compiler.register("block_one_row")
+struct BlockOneRow:
+    @staticmethod
+    def execute[target: StaticString, cache: DType](
+        y: OutputTensor[dtype=DType.float32, rank=2, ...],  # [1, C]: the residual stream after the block
+        new_k: OutputTensor[dtype=cache, rank=3, ...],  # [1, H, D]
+        new_v: OutputTensor[dtype=cache, rank=3, ...],
+        x: InputTensor[dtype=DType.float32, rank=2, ...],  # [1, C]
+        ln1_g: InputTensor[dtype=DType.float32, rank=1, ...],
+        ln1_b: InputTensor[dtype=DType.float32, rank=1, ...],
+        eps: InputTensor[dtype=DType.float32, rank=1, ...],
+        w_attn: InputTensor[dtype=DType.float32, rank=2, ...],  # [3C, C]
+        b_attn: InputTensor[dtype=DType.float32, rank=1, ...],
+        past_k: InputTensor[dtype=cache, rank=3, ...],  # [P, H, D]
+        past_v: InputTensor[dtype=cache, rank=3, ...],
+        w_proj: InputTensor[dtype=DType.float32, rank=2, ...],  # [C, C]
+        b_proj: InputTensor[dtype=DType.float32, rank=1, ...],
+        ln2_g: InputTensor[dtype=DType.float32, rank=1, ...],
+        ln2_b: InputTensor[dtype=DType.float32, rank=1, ...],
+        w_fc: InputTensor[dtype=DType.float32, rank=2, ...],  # [4C, C]
+        b_fc: InputTensor[dtype=DType.float32, rank=1, ...],
+        w_out: InputTensor[dtype=DType.float32, rank=2, ...],  # [C, 4C]
+        b_out: InputTensor[dtype=DType.float32, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        comptime if target != "cpu":
+            raise Error("block_one_row is a CPU kernel")
+        var tokens = past_k.dim_size(0)
+        var heads = past_k.dim_size(1)
+        var d = past_k.dim_size(2)
+        var C = x.dim_size(1)
+        var F = w_fc.dim_size(0)
+        # No more bands than MAX has workers: a band whose worker does not exist would never reach a barrier.
+        var cores = min(num_physical_cores(), parallelism_level(None))
+        var e = eps.unsafe_ptr().load(0)
+        var z_list = List[Float32](length=C, fill=0)  # ln_1(x)
+        var qkv_list = List[Float32](length=3 * C, fill=0)
+        var att_list = List[Float32](length=C, fill=0)  # the attention's output
+        var x1_list = List[Float32](length=C, fill=0)  # the residual stream after the attention
+        var z2_list = List[Float32](length=C, fill=0)  # ln_2(x1)
+        var hid_list = List[Float32](length=F, fill=0)  # GELU(c_fc)
+        var z = z_list.unsafe_ptr()
+        var qkv = qkv_list.unsafe_ptr()
+        var att = att_list.unsafe_ptr()
+        var x1 = x1_list.unsafe_ptr()
+        var z2 = z2_list.unsafe_ptr()
+        var hid = hid_list.unsafe_ptr()
+        var counter = List[Int64](length=16, fill=0)
+        var count = counter.unsafe_ptr()
+        var acores = cores if tokens >= SHORT else 1
+        var largest = List[Float32](length=cores * heads, fill=0)
+        var total = List[Float32](length=cores * heads, fill=0)
+        var partial = List[Float32](length=cores * heads * d, fill=0)
+        var m_all = largest.unsafe_ptr()
+        var l_all = total.unsafe_ptr()
+        var acc_all = partial.unsafe_ptr()
+        var xs = x.unsafe_ptr()
+        var out = y.unsafe_ptr()
+        var keys = past_k.unsafe_ptr()
+        var values = past_v.unsafe_ptr()
+        var nk = new_k.unsafe_ptr()
+        var nv = new_v.unsafe_ptr()
+        var g1 = ln1_g.unsafe_ptr()
+        var bb1 = ln1_b.unsafe_ptr()
+        var g2 = ln2_g.unsafe_ptr()
+        var bb2 = ln2_b.unsafe_ptr()
+        var wa = w_attn.unsafe_ptr()
+        var ba = b_attn.unsafe_ptr()
+        var wp = w_proj.unsafe_ptr()
+        var bp = b_proj.unsafe_ptr()
+        var wf = w_fc.unsafe_ptr()
+        var bf = b_fc.unsafe_ptr()
+        var wo = w_out.unsafe_ptr()
+        var bo = b_out.unsafe_ptr()
+
+        # ANCHOR: phases
+        def band(core: Int) {imm}:
+            # 1. ln_1, each core its columns.
+            norm_columns(z, xs, g1, bb1, e, C, C * core // cores, C * (core + 1) // cores)
+            wait_all(count, 1, cores)
+            # 2. c_attn and its bias, each core its rows.
+            var r0 = 3 * C * core // cores
+            var r1 = 3 * C * (core + 1) // cores
+            dot_rows(qkv, z, wa, r0, r1, C)
+            for r in range(r0, r1):
+                qkv.store(r, qkv.load(r) + ba.load(r))
+            wait_all(count, 2, cores)
+            # 3. the new key and value in the cache's type; the attention over a band of the tokens.
+            var ks = qkv + C
+            var vs = qkv + 2 * C
+            var c0 = C * core // cores
+            var c1 = C * (core + 1) // cores
+            for i in range(c0, c1):
+                nk.store(i, ks.load(i).cast[cache]())
+                nv.store(i, vs.load(i).cast[cache]())
+            if core < acores:
+                attend_band[cache](core, acores, tokens, heads, d, qkv, keys, values, m_all, l_all, acc_all)
+            wait_all(count, 3, cores)
+            # 4. the bands merged, each core its heads.
+            merge_heads(heads * core // cores, heads * (core + 1) // cores, acores, tokens, heads, d, m_all, l_all,
+                        acc_all, att)
+            wait_all(count, 4, cores)
+            # 5. attn.c_proj, its bias and the residual add.
+            dot_rows(x1, att, wp, c0, c1, C)
+            for r in range(c0, c1):
+                x1.store(r, xs.load(r) + x1.load(r) + bp.load(r))
+            wait_all(count, 5, cores)
+            # 6. ln_2, each core its columns.
+            norm_columns(z2, x1, g2, bb2, e, C, c0, c1)
+            wait_all(count, 6, cores)
+            # 7. c_fc, its bias and GELU.
+            var f0 = F * core // cores
+            var f1 = F * (core + 1) // cores
+            dot_rows(hid, z2, wf, f0, f1, C)
+            for r in range(f0, f1):
+                var v = hid.load(r) + bf.load(r)
+                v = 0.5 * v * (1 + tanh(Float32(0.7978845608028654) * (v + 0.044715 * v * v * v)))
+                hid.store(r, v)
+            wait_all(count, 7, cores)
+            # 8. mlp.c_proj, its bias and the residual add.
+            dot_rows(out, hid, wo, c0, c1, F)
+            for r in range(c0, c1):
+                out.store(r, x1.load(r) + out.load(r) + bo.load(r))
+
+        sync_parallelize(band, cores)
+        # ANCHOR_END: phases
+        _ = z_list^
+        _ = qkv_list^
+        _ = att_list^
+        _ = x1_list^
+        _ = z2_list^
+        _ = hid_list^
+        _ = counter^
+        _ = largest^
+        _ = total^
+        _ = partial^
