@@ -472,7 +472,10 @@ def test_mojo_fused_ops_equal_numpy(step, op, mojo_kernels):
 
 def _kernel_model_against_hf(step, length: int, seed: int, **sizes) -> tuple[np.ndarray, np.ndarray]:
     """KernelGPT2LMHeadModel's logits through both graphs (a prefill of 5 random tokens, then one decode step a
-    token up to ``length``), and GPT2LMHeadModel's at the same positions, on the same weights."""
+    token up to ``length``), and GPT2LMHeadModel's at the same positions, on the same weights. The model's own
+    TODOs are checked first, each with its named ✗."""
+    test_decode_linear_matches_conv1d(step, "one row")
+    test_head_scores_every_token(step)
     reference = generation_model(**sizes)
     config = solution(1).GPT2Config.from_hf(reference.config)
     model = build(attribute(step, "KernelGPT2LMHeadModel"), config)
@@ -489,8 +492,6 @@ def test_mojo_kernel_model_matches_the_whole_sequence(step, mojo_kernels):
     """with the Mojo kernel (KernelGPT2LMHeadModel), through both graphs, the logits equal GPT2LMHeadModel's
 
     Every one-row product and the head by the kernel; a prefill of 5 tokens, then 19 decode steps."""
-    test_decode_linear_matches_conv1d(step, "one row")  # the model's own TODOs first, each with its named ✗
-    test_head_scores_every_token(step)
     got, expected = _kernel_model_against_hf(step, 24, seed=18)
     assert_close(got, expected,
                  "logits with the Mojo kernel (a prefill of 5, then 19 decode steps) vs GPT2LMHeadModel over all 24")
