@@ -273,12 +273,31 @@ def repo(tmp_path, monkeypatch):
 def mutmut():
     """The checks that run mutmut itself (marked `mutation`) need the `mutation` extra; without it they fail saying
     so, as llama.cpp's checks do without theirs."""
+    from course.authoring import mutation
+
+    if mutation.missing_tools():
+        pytest.fail(f"{mutation.missing_tools()}; `-m 'not mutation'` leaves out the checks that run mutmut",
+                    pytrace=False)
+
+
+@pytest.mark.parametrize("hidden", [("mutmut",), ("libcst",), ("mutmut", "libcst")])
+def test_without_mutmut_the_tool_says_what_to_install_and_stops(hidden, monkeypatch, capsys):
+    """without the `mutation` extra, the tool runs nothing and says, in one line, what is missing and how to
+    install it (not a ModuleNotFoundError's traceback); --last too, which reads mutmut's version"""
     import importlib.util
 
-    missing = [name for name in ("mutmut", "libcst") if importlib.util.find_spec(name) is None]
-    if missing:
-        pytest.fail(f"{' and '.join(missing)} not installed: pip install -e \".[mutation]\" (or pixi run -e mutation "
-                    f"...); `-m 'not mutation'` leaves out the checks that run mutmut", pytrace=False)
+    from course.authoring import mutation
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name in hidden else find_spec(name, *rest))
+    monkeypatch.setattr(mutation, "run", lambda *args: pytest.fail("a target ran without mutmut"))
+    for argv in ([], ["--last"]):
+        with pytest.raises(SystemExit) as stopped:
+            mutation.main(argv)
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert stopped.value.code == 2, f"exit code {stopped.value.code} with {hidden} hidden, expected 2: {error}"
+        assert error.endswith(f"error: {' and '.join(hidden)} not installed: pip install -e \".[mutation]\" (or pixi "
+                              "run -e mutation ...)"), f"with {hidden} hidden, {argv}: {error}"
 
 
 def test_the_copy_holds_the_working_tree_and_mutmuts_settings_for_its_target(repo):

@@ -522,6 +522,17 @@ def recorded() -> dict[str, str]:
     return found
 
 
+def missing_tools() -> str | None:
+    """What the tool needs and is not installed (mutmut, and libcst, with which mutmut reads the code), said with
+    how to install it; None when both are there."""
+    import importlib.util
+
+    missing = [name for name in ("mutmut", "libcst") if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed: pip install -e \".[mutation]\" (or pixi run -e mutation ...)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course.authoring.mutation", description=__doc__.split("\n\n")[0])
     parser.add_argument("targets", nargs="*", help=f"the files to mutate (default: all of {', '.join(TARGETS)})")
@@ -531,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", action="store_true",
                         help="run nothing: report (and with --write, record) the verdicts of the last run in .mutation/")
     args = parser.parse_args(argv)
+    if missing_tools():
+        parser.error(missing_tools())
     unknown = [target for target in args.targets if target not in TARGETS]
     if unknown:
         parser.error(f"not a target: {', '.join(unknown)} (targets: {', '.join(TARGETS)})")

@@ -99,6 +99,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "the_recorded_digests_are_the_tables_first_line_for_each_target",
         "the_command_runs_the_targets_asked_prints_the_summary_and_each_survivor_and_writes_with_write",
         "help_names_the_command_and_each_option", "a_runs_time_is_in_whole_minutes_and_seconds",
+        "without_mutmut_the_tool_says_what_to_install_and_stops",
         "each_function_and_method_is_found_at_its_def_line",
         "a_changed_line_is_found_in_an_async_or_decorated_function_and_a_diff_without_a_hunk_has_none",
         "outside_a_git_repository_the_copy_is_refused", "a_message_reworded_with_code_changed_after_it_is_not_set_aside")),
