@@ -10,12 +10,11 @@ from max.algorithm import sync_parallelize
 from max.gpu.host import DeviceContext
 from std.atomic import Atomic
 from std.ffi import external_call
-from std.math import tanh
 from std.sys.info import num_physical_cores
 from max.runtime.asyncrt import parallelism_level
 
 from .attention import SHORT, attend_band, merge_heads
-from .layer import norm_columns
+from .layer import gelu_tanh, norm_columns
 from .one_row import dot_rows
 
 
@@ -81,7 +80,7 @@ struct BlockOneRow:
         var x1 = x1_list.unsafe_ptr()
         var z2 = z2_list.unsafe_ptr()
         var hid = hid_list.unsafe_ptr()
-        var counter = List[Int64](length=16, fill=0)
+        var counter = List[Int64](length=1, fill=0)  # the barrier's count of arrivals
         var count = counter.unsafe_ptr()
         var acores = cores if tokens >= SHORT else 1
         var largest = List[Float32](length=cores * heads, fill=0)
@@ -149,9 +148,7 @@ struct BlockOneRow:
             var f1 = F * (core + 1) // cores
             dot_rows(hid, z2, wf, f0, f1, C)
             for r in range(f0, f1):
-                var v = hid.load(r) + bf.load(r)
-                v = 0.5 * v * (1 + tanh(Float32(0.7978845608028654) * (v + 0.044715 * v * v * v)))
-                hid.store(r, v)
+                hid.store(r, gelu_tanh(hid.load(r) + bf.load(r)))
             wait_all(count, 7, cores)
             # 8. mlp.c_proj, its bias and the residual add.
             dot_rows(out, hid, wo, c0, c1, F)

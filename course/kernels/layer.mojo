@@ -80,6 +80,12 @@ def products[format: StaticString, epilogue: def(Int, Int) capturing -> None](
 
 
 @always_inline
+def gelu_tanh(v: Float32) -> Float32:
+    """GPT-2's GELU, the tanh approximation (Hugging Face's gelu_new)."""
+    return 0.5 * v * (1 + tanh(Float32(0.7978845608028654) * (v + 0.044715 * v * v * v)))
+
+
+@always_inline
 def norm_columns(z: UnsafePointer[mut=True, Float32, _], x: UnsafePointer[Float32, _], gamma: UnsafePointer[Float32, _],
                  beta: UnsafePointer[Float32, _], eps: Float32, k: Int, start: Int, end: Int):
     """z[c] = layer_norm(x)[c] for the columns start to end of x [k]: its mean, then its variance about the mean
@@ -126,7 +132,7 @@ struct NormOneRow:
             for r in range(start, end):
                 var v = out.load(r) + bias.load(r)
                 comptime if gelu:
-                    v = 0.5 * v * (1 + tanh(Float32(0.7978845608028654) * (v + 0.044715 * v * v * v)))
+                    v = gelu_tanh(v)
                 out.store(r, v)
 
         products[format, finish](out, z, w.unsafe_ptr().bitcast[UInt8](), n, k, w.dim_size(1) * size_of[w.dtype]())
