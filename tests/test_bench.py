@@ -24,10 +24,14 @@ pytestmark = pytest.mark.programs
 
 #: decode tok/s of each path in each of 3 rounds: the medians are the last values, and no mean is a median. The
 #: medians, the median prefill and the scores carry more decimals than the JSON keeps, so that its rounding shows.
+#: llama.cpp's rounds run against the others' swing, so that the median of the rounds' ratios is not the ratio of
+#: the medians.
 SPEEDS = {"hf": (20.0, 30.0, 22.123456), "no_cache": (10.0, 15.0, 11.123456), "cache": (30.0, 45.0, 33.123456),
           "decode": (40.0, 60.0, 42.123456), "kernel": (50.0, 70.0, 53.123456), "cache_q4_0": (90.0, 120.0, 93.123456),
-          "kernel_q4_0": (120.0, 150.0, 123.123456), "llama_f32": (60.0, 80.0, 63.123456),
-          "llama_q4_0": (150.0, 190.0, 153.123456)}
+          "kernel_q4_0": (120.0, 150.0, 123.123456), "llama_f32": (40.0, 80.0, 63.123456),
+          "llama_q4_0": (100.0, 190.0, 153.123456)}
+#: The order of a round: each llama.cpp path right after the last of ours compared with it.
+RUN_ORDER = ["hf", "no_cache", "cache", "decode", "kernel", "llama_f32", "cache_q4_0", "kernel_q4_0", "llama_q4_0"]
 PREFILL_MS = (10.0, 19.0, 11.123456)  # each path's, round by round: the median 11.123456
 ACCURACY = {"top1": 7 / 9, "max_abs_err": 0.0625123, "perplexity": 41.512345, "perplexity_fp32": 40.254321, "steps": 9,
             "logit_std": 1.5}
@@ -94,11 +98,13 @@ def test_the_json_holds_each_paths_medians_and_both_ratios(canned, checkpoint_di
         assert {"prefill_ms", "decode_tok_s", "vs_hf", "kv_cache", "tokens"} <= set(row), row
         assert row["kv_cache"] == ("float16" if path in ("kernel_q4_0", "llama_q4_0") else "float32"), row
         peer = bench.PEERS.get(path)
-        assert row.get("vs_llama_cpp") == (round(speed / statistics.median(SPEEDS[peer]), 3) if peer else None), row
+        ratios = [ours / theirs for ours, theirs in zip(speeds, SPEEDS[peer])] if peer else None
+        assert row.get("vs_llama_cpp") == (round(statistics.median(ratios), 3) if peer else None), row
+        assert row.get("vs_llama_cpp_rounds") == ([round(ratio, 3) for ratio in ratios] if peer else None), row
     assert {path: out[path].get("perplexity") for path in ("hf", "cache", "cache_q4_0", "kernel_q4_0")} == {
         "hf": 40.0123, "cache": 40.2543, "cache_q4_0": 41.5123, "kernel_q4_0": 41.5123}
     assert (out["cache_q4_0"]["top1_vs_fp32"], out["cache_q4_0"]["max_logit_err"]) == (0.7778, 0.0625)
-    assert [path for path, *_ in canned] == list(SPEEDS) * 3, "the paths do not alternate round after round"
+    assert [path for path, *_ in canned] == RUN_ORDER * 3, "the paths do not alternate round after round, in pairs"
     assert canned.timeouts == {1800}, canned.timeouts  # half an hour a process, unless told
     scored = {path for path, accuracy, *_ in canned if accuracy}
     assert scored == {"hf", "cache_q4_0", "kernel_q4_0"} and all(not a for p, a, *_ in canned[len(SPEEDS):]), scored
@@ -106,6 +112,21 @@ def test_the_json_holds_each_paths_medians_and_both_ratios(canned, checkpoint_di
     assert {bench.Path(model).resolve() for _, _, model, _ in canned} == {checkpoint_dir.resolve()}, canned
     [(folder, scratch, formats)] = canned.written  # the checkpoint as GGUF, f32 and q4_0, where the workers look
     assert (folder.resolve(), str(scratch), formats) == (checkpoint_dir.resolve(), canned[0][3], ["q4_0"]), canned.written
+
+
+def test_each_llama_cpp_path_runs_right_after_the_last_of_ours_it_is_compared_with(canned, checkpoint_dir, capsys,
+                                                                                   monkeypatch):
+    """a round's order puts each pair side by side (a peer with no partner in the run goes last); with one round,
+    the × llama.cpp cell is that round's ratio, with no range and no word of one in the title"""
+    paths = ["hf", "cache", "kernel", "cache_q4_0", "llama_f32", "llama_q4_0", "llama_q4_k"]
+    assert bench.run_order(paths) == ["hf", "cache", "kernel", "llama_f32", "cache_q4_0", "llama_q4_0", "llama_q4_k"]
+    assert bench.run_order(["llama_f32", "hf"]) == ["hf", "llama_f32"]
+    monkeypatch.setattr(llama, "version", lambda: "0.3.36")
+    assert bench.main(["--model", str(checkpoint_dir), "--rounds", "1", "--paths", "kernel", "llama_f32"]) == 0
+    table = capsys.readouterr().out
+    [row] = [line.split("│") for line in table.splitlines() if bench.PATHS["kernel"] in line]
+    assert row[6].strip() == f"{SPEEDS['kernel'][0] / SPEEDS['llama_f32'][0]:.2f}", row  # 50 / 40
+    assert "median of each round's ratio" not in " ".join(table.split()), table
 
 
 def test_off_a_terminal_each_row_and_the_command_stay_on_one_line(canned, checkpoint_dir, capsys, monkeypatch):
@@ -139,7 +160,8 @@ def test_the_table_shows_every_setting_and_the_command(canned, checkpoint_dir, c
     assert bench.main(argv) == 0
     printed = capsys.readouterr()
     table, notes = printed.out, " ".join(printed.err.split())
-    assert "12-token prompt, 8 new tokens, greedy; medians of 3 rounds" in " ".join(table.split()), table
+    assert ("12-token prompt, 8 new tokens, greedy; medians of 3 rounds; × llama.cpp: the median of each round's "
+            "ratio (their range)") in " ".join(table.split()), table
     for column in ("KV cache", "prefill ms", "decode tok/s", "× Hugging Face", "× llama.cpp", "perplexity",
                    "top-1 vs fp32", "max |Δ logit|"):
         assert column in table, (column, table)
@@ -150,12 +172,16 @@ def test_the_table_shows_every_setting_and_the_command(canned, checkpoint_dir, c
         "path", "KV cache", "prefill ms", "decode tok/s", "× Hugging Face", "× llama.cpp", "perplexity", "top-1 vs fp32",
         "max |Δ logit|"], header
     raw = next(line for line in table.splitlines() if bench.PATHS["cache_q4_0"] in line).split("│")[1:-1]
-    assert raw[0].startswith(" " + bench.PATHS["cache_q4_0"]) and all(c.endswith(c.strip() + " ") and c.startswith("  ")
-                                                                       for c in raw[1:]), raw  # the path left, figures right
+    # the path left, figures right (× llama.cpp's cells, a median and a range, are all as wide as their column)
+    assert raw[0].startswith(" " + bench.PATHS["cache_q4_0"]) and all(c.endswith(c.strip() + " ") for c in raw[1:]), raw
+    assert all(c.startswith("  ") for column, c in enumerate(raw[1:]) if column != 4), raw
     assert lines[bench.PATHS["decode"]][5:] == ["", "", ""], lines  # no perplexity, no accuracy for float32's other paths
     assert f"GPT-2 ({checkpoint_dir}'s weights, cpu)" in " ".join(table.split()), table
-    assert lines[bench.PATHS["cache_q4_0"]] == ["float32", "11.1", "93.1", "4.21", "0.61", "41.51", "7/9", "0.063"], lines
-    assert lines[bench.PATHS["cache"]][:6] == ["float32", "11.1", "33.1", "1.50", "0.52", "40.25"], lines
+    # × llama.cpp: each round's ratio, 90/100, 120/190, 93.1/153.1, and their median; not 93.1/153.1, the medians'
+    assert lines[bench.PATHS["cache_q4_0"]] == ["float32", "11.1", "93.1", "4.21", "0.63 (0.61–0.90)", "41.51", "7/9",
+                                                "0.063"], lines
+    assert lines[bench.PATHS["cache"]][:6] == ["float32", "11.1", "33.1", "1.50", "0.56 (0.52–0.75)", "40.25"], lines
+    assert lines[bench.PATHS["llama_f32"]][4] == "", lines  # llama.cpp's own rows: no ratio to themselves
     assert lines[bench.PATHS["hf"]] == ["float32", "11.1", "22.1", "1.00", "", "40.01", "", ""], lines
     assert f"Threads: {llama.threads()} for every engine" in notes and "llama-cpp-python 0.3.36" in notes, notes
     assert "not installed" not in notes and "A Llama checkpoint" not in notes, notes
@@ -168,7 +194,7 @@ def test_the_table_shows_every_setting_and_the_command(canned, checkpoint_dir, c
 
 def test_without_llama_cpp_one_line_says_how_to_add_it_and_no_peer_column(canned, checkpoint_dir, capsys, monkeypatch):
     monkeypatch.setattr(llama, "version", lambda: None)
-    assert bench.main(["--model", str(checkpoint_dir), "--rounds", "1"]) == 0
+    assert bench.main(["--model", str(checkpoint_dir), "--rounds", "2"]) == 0  # two rounds: no word of their ratios
     printed = capsys.readouterr()
     assert "× llama.cpp" not in printed.out and "perplexity" not in printed.out, printed.out
     assert f"llama.cpp is not installed, so bench times no peer: {llama.INSTALL}." in " ".join(printed.err.split())
@@ -176,7 +202,7 @@ def test_without_llama_cpp_one_line_says_how_to_add_it_and_no_peer_column(canned
     assert (f"Threads: {llama.threads()} for every engine (MAX's and PyTorch's default, llama.cpp's n_threads). Command: "
             "python -m course.programs.bench --model") in " ".join(printed.err.split()), printed.err  # nothing between
     assert all(line.count("│") == 6 for line in printed.out.splitlines() if "│" in line), printed.out  # 5 columns
-    assert [path for path, *_ in canned] == ["hf", "no_cache", "cache", "decode", "kernel"], canned
+    assert [path for path, *_ in canned] == ["hf", "no_cache", "cache", "decode", "kernel"] * 2, canned
 
 
 def test_a_checkpoint_named_from_another_folder_reaches_each_worker(canned, checkpoint_dir, capsys, monkeypatch):

@@ -21,6 +21,10 @@ Fair by construction:
 * every path runs in **its own process**: once a MAX graph has run in a process,
   torch in that process is ~28% slower for good, which would flatter MAX;
 * the paths alternate, round after round, so a busy moment hurts all of them;
+* each llama.cpp path runs right after the last of ours it is compared with, and the
+  "× llama.cpp" column is the median of the rounds' own ratios, with their range: a
+  machine's speed drifts over minutes, and a ratio of two medians taken minutes apart
+  would carry that drift;
 * each process warms up first (MAX compiles or loads its graph, torch allocates),
   then generates greedily from the same 12-token prompt, and the medians over
   rounds are reported;
@@ -303,6 +307,22 @@ def _refuse_unfair_gpu(device: str) -> None:
                          "build of PyTorch, or compare on the CPU (--device cpu)")
 
 
+def run_order(paths: list[str]) -> list[str]:
+    """The order of a round: ``paths``, with each llama.cpp path moved to just after the last of ours that is
+    compared with it (``PEERS``), so that the two runs of a pair follow each other."""
+    order = [path for path in paths if not path.startswith("llama_")]
+    for peer in (path for path in paths if path.startswith("llama_")):
+        partners = [i for i, path in enumerate(order) if PEERS.get(path) == peer]
+        order.insert(partners[-1] + 1 if partners else len(order), peer)
+    return order
+
+
+def paired_ratios(runs: dict[str, list[dict]]) -> dict[str, list[float]]:
+    """Each of our paths that has a llama.cpp peer: its decode tok/s over the peer's, round by round."""
+    return {path: [ours["decode_tok_s"] / theirs["decode_tok_s"] for ours, theirs in zip(r, runs[PEERS[path]])]
+            for path, r in runs.items() if PEERS.get(path) in runs}
+
+
 def _median(runs: list[dict]) -> dict:
     steps = [statistics.median(values) for values in zip(*(r["step_ms"] for r in runs))]
     out = {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs),
@@ -504,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         config = import_steps_config(model) if args.roofline else None  # before the scratch folder goes
     results = {path: _median(r) for path, r in runs.items()}
     hf = results["hf"]["decode_tok_s"]
-    vs_peer = {path: r["decode_tok_s"] / results[PEERS[path]]["decode_tok_s"] for path, r in results.items()
-               if PEERS.get(path) in results}
+    rounds_vs_peer = paired_ratios(runs)  # each round's pair ran one after the other
+    vs_peer = {path: statistics.median(ratios) for path, ratios in rounds_vs_peer.items()}
     perplexities = _perplexities(results)
     if args.plot:
         plot(results, args.plot, labels)
@@ -518,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
             out[path] = {"prefill_ms": round(r["prefill_ms"], 2), "decode_tok_s": round(r["decode_tok_s"], 2),
                          "vs_hf": round(r["decode_tok_s"] / hf, 3), "kv_cache": r["kv_cache"], "tokens": r["tokens"]}
             if path in vs_peer:
-                out[path]["vs_llama_cpp"] = round(vs_peer[path], 3)
+                out[path] |= {"vs_llama_cpp": round(vs_peer[path], 3),
+                              "vs_llama_cpp_rounds": [round(ratio, 3) for ratio in rounds_vs_peer[path]]}
             if "accuracy" in r:
                 out[path] |= {"top1_vs_fp32": round(r["accuracy"]["top1"], 4), "max_logit_err": round(r["accuracy"]["max_abs_err"], 4)}
             if path in perplexities:
@@ -527,14 +548,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     weights = f"{args.model}'s weights" if args.model else f"{args.layers} layers, random weights"
     name = "Llama" if family == "llama" else "GPT-2"
-    table = Table(title=f"{name} ({weights}, {args.device}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds")
+    table = Table(title=f"{name} ({weights}, {args.device}), {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy; medians of {args.rounds} rounds"
+                  + ("; × llama.cpp: the median of each round's ratio (their range)" if vs_peer and args.rounds > 1 else ""))
     columns = ["path", "KV cache", "prefill ms", "decode tok/s", "× Hugging Face"] + (["× llama.cpp"] if vs_peer else [])
     columns += ["perplexity", "top-1 vs fp32", "max |Δ logit|"] if args.quantize else []
     for column in columns:
         table.add_column(column, justify="left" if column == "path" else "right")
     for path, r in results.items():
         row = [labels[path], r["kv_cache"], f"{r['prefill_ms']:.1f}", f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / hf:.2f}"]
-        row += [f"{vs_peer[path]:.2f}" if path in vs_peer else ""] if vs_peer else []
+        row += [_ratio_cell(rounds_vs_peer[path]) if path in vs_peer else ""] if vs_peer else []
         if args.quantize:
             a = r.get("accuracy")
             row.append(f"{perplexities[path]:.2f}" if path in perplexities else "")
@@ -553,6 +575,12 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[dim]Every row scores the same {a['steps']} next tokens of held-out text (lower perplexity is better; "
                   f"top-1 and |Δ logit| against float32, whose logits have a standard deviation of {a['logit_std']:.2f}).[/]")
     return 0
+
+
+def _ratio_cell(ratios: list[float]) -> str:
+    """The "× llama.cpp" cell: the median of the rounds' ratios, and their range when there are two or more."""
+    median = f"{statistics.median(ratios):.2f}"
+    return median if len(ratios) == 1 else f"{median} ({min(ratios):.2f}–{max(ratios):.2f})"
 
 
 def import_steps_config(model: str):
@@ -574,10 +602,11 @@ def _perplexities(results: dict) -> dict[str, float]:
 
 
 def _run_all(paths: list[str], args, model: str, labels: dict[str, str] = PATHS) -> dict[str, list[dict]]:
-    """Every path, round after round, each in its own process; a line per finished run."""
+    """Every path, round after round (each llama.cpp path after its partners: ``run_order``), each in its own
+    process; a line per finished run."""
     runs = {path: [] for path in paths}
     for round_ in range(1, args.rounds + 1):
-        for path in paths:
+        for path in run_order(paths):
             started = time.perf_counter()
             with err.status(f"round {round_}/{args.rounds}: {labels[path]} (its own process; "
                             "a first MAX run compiles for minutes) …"):
