@@ -170,7 +170,7 @@ def test_readme_pixi_commands_are_tasks():
     missing = sorted({task for _, task in runs if task not in PIXI["tasks"] and task != "sNN"})
     assert not missing, f"the README names pixi tasks that do not exist: {missing}"
     environments = {env for env, _ in runs if env}
-    unknown = sorted(environments - set(PIXI.get("environments", {})))
+    unknown = sorted(environments - set(PIXI.get("environments", {})) - {"default"})  # pixi's own, always there
     assert not unknown, f"the README names pixi environments that pixi.toml does not define: {unknown}"
 
 
@@ -235,4 +235,18 @@ def test_mutation_extra_agrees():
     assert set(pixi) == set(pip) == {"mutmut"}, f"pixi's mutation feature {sorted(pixi)}, pip's extra {sorted(pip)}"
     assert SpecifierSet(pixi["mutmut"]) == pip["mutmut"], (pixi, pip)
     assert PIXI["environments"]["mutation"] == ["mutation"], PIXI["environments"]
-    assert PIXI["tasks"]["mutation"] == "python -m course.authoring.mutation", PIXI["tasks"]["mutation"]
+    assert PIXI["tasks"]["mutation"] == {"cmd": "python -m course.authoring.mutation",
+                                         "default-environment": "mutation"}, PIXI["tasks"]["mutation"]
+
+
+def test_pixi_runs_the_whole_suite_where_every_extra_is():
+    """`pixi run test` runs in an environment with every feature, as CI installs every extra (the checks marked
+    llama and mutation need llama.cpp and mutmut), and pixi.toml asks for a pixi that reads a task's
+    default-environment (0.63): an older one would run the suite in the default environment"""
+    environment = PIXI["tasks"]["test"]["default-environment"]
+    features = sorted(PIXI["environments"][environment])
+    extras = sorted(PYPROJECT["project"]["optional-dependencies"])
+    assert features == sorted(PIXI["feature"]) == extras, f"`pixi run test` runs in {environment}: {features}, not {extras}"
+    assert PIXI["tasks"]["test"]["cmd"] == "python -m pytest", PIXI["tasks"]["test"]
+    needs = SpecifierSet(PIXI["workspace"]["requires-pixi"])
+    assert "0.63.0" in needs and "0.62.9" not in needs, f"requires-pixi {needs}: default-environment is pixi 0.63's"
