@@ -126,7 +126,15 @@ def test_each_llama_cpp_path_runs_right_after_the_last_of_ours_it_is_compared_wi
     table = capsys.readouterr().out
     [row] = [line.split("│") for line in table.splitlines() if bench.PATHS["kernel"] in line]
     assert row[6].strip() == f"{SPEEDS['kernel'][0] / SPEEDS['llama_f32'][0]:.2f}", row  # 50 / 40
-    assert "median of each round's ratio" not in " ".join(table.split()), table
+    title = " ".join(table.split("┏")[0].split())
+    assert title.endswith("greedy; medians of 1 rounds"), title  # nothing after it
+    canned.clear()
+    assert bench.main(["--model", str(checkpoint_dir), "--rounds", "2", "--paths", "kernel", "llama_f32"]) == 0
+    table = capsys.readouterr().out  # two rounds: the median of 50/40 and 70/80, and their range
+    [row] = [line.split("│") for line in table.splitlines() if bench.PATHS["kernel"] in line]
+    assert row[6].strip() == "1.06 (0.88–1.25)", row  # (1.25 + 0.875) / 2
+    title = " ".join(table.split("┏")[0].split())
+    assert title.endswith("greedy; medians of 2 rounds; × llama.cpp: the median of each round's ratio (their range)"), title
 
 
 def test_off_a_terminal_each_row_and_the_command_stay_on_one_line(canned, checkpoint_dir, capsys, monkeypatch):

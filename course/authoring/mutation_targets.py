@@ -817,6 +817,7 @@ _BENCH = {
         )),
         ('x_roofline', 'width, height, pad = 680, 460, 60', _LAYOUT, (
             'width, height, pad = 681, 460, 60',
+            'width, height, pad = 680, 461, 60',
             'width, height, pad = 680, 460, 61',
         )),
         ('x_roofline', 'x_lo, x_hi = min(x for x, _ in points.values()) / 2, max(x for x, _ in points.values()) * 2', _LAYOUT, (
