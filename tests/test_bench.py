@@ -122,18 +122,20 @@ def test_each_llama_cpp_path_runs_right_after_the_last_of_ours_it_is_compared_wi
     assert bench.run_order(paths) == ["hf", "cache", "kernel", "llama_f32", "cache_q4_0", "llama_q4_0", "llama_q4_k"]
     assert bench.run_order(["llama_f32", "hf"]) == ["hf", "llama_f32"]
     monkeypatch.setattr(llama, "version", lambda: "0.3.36")
-    assert bench.main(["--model", str(checkpoint_dir), "--rounds", "1", "--paths", "kernel", "llama_f32"]) == 0
-    table = capsys.readouterr().out
-    [row] = [line.split("│") for line in table.splitlines() if bench.PATHS["kernel"] in line]
-    assert row[6].strip() == f"{SPEEDS['kernel'][0] / SPEEDS['llama_f32'][0]:.2f}", row  # 50 / 40
-    title = " ".join(table.split("┏")[0].split())
+
+    def cell_and_title(rounds: int) -> tuple[str, str]:
+        """the kernel row's × llama.cpp cell and the table's title, from `bench --rounds N` of kernel and llama_f32"""
+        canned.clear()
+        assert bench.main(["--model", str(checkpoint_dir), "--rounds", str(rounds), "--paths", "kernel", "llama_f32"]) == 0
+        table = capsys.readouterr().out
+        [row] = [line.split("│") for line in table.splitlines() if bench.PATHS["kernel"] in line]
+        return row[6].strip(), " ".join(table.split("┏")[0].split())
+
+    cell, title = cell_and_title(1)
+    assert cell == f"{SPEEDS['kernel'][0] / SPEEDS['llama_f32'][0]:.2f}", cell  # 50 / 40
     assert title.endswith("greedy; medians of 1 rounds"), title  # nothing after it
-    canned.clear()
-    assert bench.main(["--model", str(checkpoint_dir), "--rounds", "2", "--paths", "kernel", "llama_f32"]) == 0
-    table = capsys.readouterr().out  # two rounds: the median of 50/40 and 70/80, and their range
-    [row] = [line.split("│") for line in table.splitlines() if bench.PATHS["kernel"] in line]
-    assert row[6].strip() == "1.06 (0.88–1.25)", row  # (1.25 + 0.875) / 2
-    title = " ".join(table.split("┏")[0].split())
+    cell, title = cell_and_title(2)  # two rounds: the median of 50/40 and 70/80, and their range
+    assert cell == "1.06 (0.88–1.25)", cell  # (1.25 + 0.875) / 2
     assert title.endswith("greedy; medians of 2 rounds; × llama.cpp: the median of each round's ratio (their range)"), title
 
 

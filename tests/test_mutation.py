@@ -275,9 +275,8 @@ def mutmut():
     so, as llama.cpp's checks do without theirs."""
     from course.authoring import mutation
 
-    if mutation.missing_tools():
-        pytest.fail(f"{mutation.missing_tools()}; `-m 'not mutation'` leaves out the checks that run mutmut",
-                    pytrace=False)
+    if missing := mutation.missing_tools():
+        pytest.fail(f"{missing}; `-m 'not mutation'` leaves out the checks that run mutmut", pytrace=False)
 
 
 @pytest.mark.parametrize("hidden", [("mutmut",), ("libcst",), ("mutmut", "libcst")])
