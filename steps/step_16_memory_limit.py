@@ -145,6 +145,11 @@ class DecodeGPT2LMHeadModel(CachedGPT2LMHeadModel):
             values.append(v)
         return self.head(body.ln_f(x[:, -1, :])), keys, values
 
+    def writes_cache(self) -> bool:
+        """Whether ``decode`` writes each layer's new key and value into the cache itself (given code): this
+        model's returns them. A model whose ``decode`` does (the kernel model's) is handed P + 1 rows."""
+        return False
+
     @staticmethod
     def attend(qkv: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``decode``'s attention (given code): c_attn's output qkv [1, 1, 3C] split into the new token's q, k, v
@@ -256,10 +261,11 @@ def one_row_add_kernel(x: Tensor, linear: Module, stream: Tensor) -> Tensor:
     return y
 
 
-def block_kernel(x: Tensor, block: Module, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def block_kernel(x: Tensor, block: Module, past_k: Tensor, past_v: Tensor) -> Tensor:
     """A GPT-2 block's decode step for a single row x as one op, the Mojo kernel ``block_one_row``
-    (``course/kernels/block.mojo``; given code; CPU only, float32 weights, head sizes a multiple of 16): the
-    residual stream after the block, and the new key and value in the cache's type."""
+    (``course/kernels/block.mojo``; given code; CPU only, float32 weights, head sizes a multiple of 16): returns
+    the residual stream after the block. ``past_k`` and ``past_v`` are the cache's buffers, P + 1 rows
+    ``[P + 1, H, D]``: the op reads the first P and writes the new key and value into the last, in the cache's type."""
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
@@ -268,13 +274,13 @@ def block_kernel(x: Tensor, block: Module, past_k: Tensor, past_v: Tensor) -> tu
     attn, mlp = block.attn, block.mlp
     device = DeviceRef.from_device(x.device)
     eps = F.constant([block.ln_1.eps], DType.float32, x.device)
-    row = [1, *past_k.shape[1:]]
-    y, k, v = F.custom("block_one_row", device, [x, block.ln_1.weight, block.ln_1.bias, eps, attn.c_attn.weight,
-                       attn.c_attn.bias, past_k, past_v, attn.c_proj.weight, attn.c_proj.bias, block.ln_2.weight,
-                       block.ln_2.bias, mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight, mlp.c_proj.bias],
-                       [TensorType(DType.float32, [1, x.shape[-1]], device), *[TensorType(past_k.dtype, row, device)] * 2],
-                       parameters={"cache": past_k.dtype}, custom_extensions=kernels())
-    return y, k, v
+    (y,) = F.inplace_custom("block_one_row", device, [x, block.ln_1.weight, block.ln_1.bias, eps,
+                            attn.c_attn.weight, attn.c_attn.bias, past_k.__buffervalue__(), past_v.__buffervalue__(),
+                            attn.c_proj.weight, attn.c_proj.bias, block.ln_2.weight, block.ln_2.bias, mlp.c_fc.weight,
+                            mlp.c_fc.bias, mlp.c_proj.weight, mlp.c_proj.bias],
+                            [TensorType(DType.float32, [1, x.shape[-1]], device)],
+                            parameters={"cache": past_k.dtype}, custom_extensions=kernels())
+    return y
 
 
 class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
@@ -288,18 +294,17 @@ class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
         """``DecodeGPT2LMHeadModel.decode`` with each layer norm and the small ops after each product in the
         product's op: a block is five ops, ln_1 and c_attn, the attention, attn.c_proj and the residual add, ln_2,
         c_fc and GELU, mlp.c_proj and the residual add; with float32 weights and ``blocks_as_one_op``, all five in
-        one (``block_kernel``). Quantized Linears (q4_0, q4_k, q6_k) are read in their blocks."""
+        one (``block_kernel``), which writes the new keys and values into the cache itself (``writes_cache``).
+        Quantized Linears (q4_0, q4_k, q6_k) are read in their blocks."""
         body, head = self.transformer, self.head
         quantized = isinstance(head, Module)  # quantize_model swapped the head, as every Linear, for a quantized one
-        x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])
+        one_op = self.writes_cache()
+        x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0] - (1 if one_op else 0))
         x = x.reshape([1, x.shape[-1]])
         keys, values = [], []
-        one_op = self.blocks_as_one_op and not quantized and int(past_keys[0].shape[-1]) % 16 == 0
         for block, past_k, past_v in zip(body.h, past_keys, past_values):
-            if one_op:
-                x, k, v = block_kernel(x, block, past_k, past_v)
-                keys.append(k)
-                values.append(v)
+            if one_op:  # the new key and value go into the cache's last row: nothing to return
+                x = block_kernel(x, block, past_k, past_v)
                 continue
             attn, mlp = block.attn, block.mlp
             y, k, v = self.attend(norm_one_row_kernel(x, block.ln_1, attn.c_attn.weight, attn.c_attn.bias,
@@ -313,6 +318,12 @@ class KernelGPT2LMHeadModel(DecodeGPT2LMHeadModel):
         no_bias = F.zeros([wte.shape[0]], dtype=wte.dtype, device=wte.device)
         return norm_one_row_kernel(x, body.ln_f, head.weight if quantized else wte, no_bias,
                                    format=head.name if quantized else "f32"), keys, values
+
+    def writes_cache(self) -> bool:
+        """Float32 weights with ``blocks_as_one_op`` and head sizes a multiple of 16: each block is one op, which
+        writes the new key and value into the cache itself. Otherwise the rows come back, as from step 16's model."""
+        quantized = isinstance(self.head, Module)
+        return self.blocks_as_one_op and not quantized and self.transformer.h[0].attn.head_dim % 16 == 0
 
 
 
@@ -341,9 +352,12 @@ class DecodeNextLogits(CachedNextLogits):
     first decode step (so that the first token does not wait for it). It is
     handed the first P rows of each buffer: views of the same memory, since the
     P tokens lie one after another. It returns the new token's key and value,
-    which are copied into row P. Nothing is concatenated: a step reads the
-    cache once and writes one row of it. ``cache_dtype``: float32 (the default),
-    or float16, half the bytes, for a model whose ``attend`` reads it (the kernel's).
+    which are copied into row P. (A model whose ``decode`` writes them itself,
+    ``writes_cache``, as the float32 kernel model's, is handed P + 1 rows as
+    buffers it may write, and returns the logits alone.) Nothing is concatenated:
+    a step reads the cache once and writes one row of it. ``cache_dtype``:
+    float32 (the default), or float16, half the bytes, for a model whose
+    ``attend`` reads it (the kernel's).
 
     ``prefill_from``: the shortest prompt that runs the prefill graph. A shorter one
     goes through the decode graph one token at a time, from an empty cache, and the
@@ -398,8 +412,9 @@ class DecodeNextLogits(CachedNextLogits):
         past = len(self.seen)
         self.check_positions(1, past)
         new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)
-        outputs = self.decode_graph().engine_model.execute(
-            new_id, *(cache[:past, :, :] for cache in self.key_cache + self.value_cache))
+        graph = self.decode_graph()
+        rows = past + 1 if self.writes_cache else past  # a model that writes row P itself is handed it
+        outputs = graph.engine_model.execute(new_id, *(cache[:rows, :, :] for cache in self.key_cache + self.value_cache))
         for cache, row in zip(self.key_cache + self.value_cache, outputs[1:]):  # every layer's key, then value
             cache[past : past + 1, :, :].inplace_copy_from(row)
         self.device.synchronize()  # the same: the rows are the graph's outputs, freed on return
@@ -417,10 +432,13 @@ class DecodeNextLogits(CachedNextLogits):
         if self.decode is None:
             from max.dtype import DType
             from max.experimental.tensor import TensorType
+            from max.graph import BufferType
 
             layers, heads, head_dim = self.cache_shape(self.config)
             one = TensorType(DType.int64, [1, 1], self.device)
-            rows = TensorType(self.cache_dtype, ["past", heads, head_dim], self.device)
+            self.writes_cache = self.model.writes_cache()  # then the views are P + 1 rows, buffers the graph writes
+            kind = BufferType if self.writes_cache else TensorType
+            rows = kind(self.cache_dtype, ["rows", heads, head_dim], self.device)
             self.decode = DecodeStep(self.model).compile(one, [rows] * layers, [rows] * layers)
         return self.decode
 

@@ -375,6 +375,13 @@ def test_cache_holds_the_keys_and_values_written_in_place(step):
     """the cache, allocated once, holds Hugging Face's keys and values of every token after decoding"""
     reference = generation_model()
     next_logits, _ = compiled(step, reference)
+    _decode_and_compare_the_cache(step, next_logits, reference, "")
+
+
+def _decode_and_compare_the_cache(step, next_logits, reference, model: str) -> None:
+    """A prefill of 3 tokens and 17 decode steps through ``next_logits``; then its cache's buffers are the ones
+    allocated in __init__, and hold ``reference``'s keys and values of all 20 tokens (``model``: named in the
+    message)."""
     buffers = [*next_logits.key_cache, *next_logits.value_cache]
     ids = np.random.default_rng(17).integers(0, GEN["vocab_size"], size=20).tolist()
     for end in range(3, len(ids) + 1):  # a prefill of 3, then 17 decode steps
@@ -387,8 +394,8 @@ def test_cache_holds_the_keys_and_values_written_in_place(step):
     for name, ours in (("keys", next_logits.key_cache), ("values", next_logits.value_cache)):
         got = np.stack([buffer.to_numpy()[: len(ids)] for buffer in ours])  # [layers, T, H, D]
         expected = np.stack([getattr(layer, name)[0].transpose(0, 1).numpy() for layer in cache.layers])
-        assert_close(got, expected, f"the cache's {name}, every layer, after 3 + 17 tokens, vs past_key_values",
-                     step=step)
+        assert_close(got, expected, f"the cache's {name}{model}, every layer, after 3 + 17 tokens, vs "
+                     "past_key_values", step=step)
 
 
 # --- given code: the same products by the course's Mojo kernel -------------------------------
@@ -470,17 +477,22 @@ def test_mojo_fused_ops_equal_numpy(step, op, mojo_kernels):
     assert_close(to_numpy(run(from_numpy(x))), expected, f"the fused Mojo kernel ({op}) vs NumPy, W [67, 70]")
 
 
-def _kernel_model_against_hf(step, length: int, seed: int, **sizes) -> tuple[np.ndarray, np.ndarray]:
-    """KernelGPT2LMHeadModel's logits through both graphs (a prefill of 5 random tokens, then one decode step a
-    token up to ``length``), and GPT2LMHeadModel's at the same positions, on the same weights. The model's own
-    TODOs are checked first, each with its named ✗."""
+def _kernel_runner(step, **sizes) -> tuple[object, object]:
+    """A Hugging Face GPT-2 of ``sizes`` and DecodeNextLogits over KernelGPT2LMHeadModel on its weights. The
+    model's own TODOs are checked first, each with its named ✗."""
     test_decode_linear_matches_conv1d(step, "one row")
     test_head_scores_every_token(step)
     reference = generation_model(**sizes)
     config = solution(1).GPT2Config.from_hf(reference.config)
     model = build(attribute(step, "KernelGPT2LMHeadModel"), config)
     load_weights(model, to_max_state(reference))
-    next_logits = call(attribute(step, "DecodeNextLogits"), model, config)
+    return reference, call(attribute(step, "DecodeNextLogits"), model, config)
+
+
+def _kernel_model_against_hf(step, length: int, seed: int, **sizes) -> tuple[np.ndarray, np.ndarray]:
+    """KernelGPT2LMHeadModel's logits through both graphs (a prefill of 5 random tokens, then one decode step a
+    token up to ``length``), and GPT2LMHeadModel's at the same positions, on the same weights."""
+    reference, next_logits = _kernel_runner(step, **sizes)
     ids = np.random.default_rng(seed).integers(0, GEN["vocab_size"], size=length).tolist()
     got = [call(next_logits, ids[:end], what=f"the call with {end} tokens") for end in range(5, length + 1)]
     with torch.no_grad():
@@ -506,6 +518,20 @@ def test_mojo_kernel_model_matches_past_128_cached_tokens(step, mojo_kernels):
     got, expected = _kernel_model_against_hf(step, 140, seed=19, n_positions=256)
     assert_close(got[115:], expected[115:],
                  "logits with the Mojo kernel at 120-140 tokens (a prefill of 5, then decode steps) vs GPT2LMHeadModel")
+
+
+def test_the_float32_kernel_model_writes_its_new_cache_rows_in_the_graph(step, mojo_kernels):
+    """the float32 kernel model's decode graph writes each new key and value into the cache itself and returns the
+    logits alone; the cache then holds Hugging Face's keys and values
+
+    block_one_row is handed each layer's first P + 1 rows as buffers and writes row P: nothing comes back to be
+    copied (given code: writes_cache, block_kernel, DecodeNextLogits)."""
+    reference, next_logits = _kernel_runner(step)
+    _decode_and_compare_the_cache(step, next_logits, reference, " (the kernel model's)")
+    outputs = len(next_logits.decode_graph().engine_model.output_metadata)
+    if outputs != 1:
+        fail(f"the float32 kernel model's decode graph returns {outputs} outputs; its blocks write each new key "
+             f"and value into the cache, so it returns the logits alone — given code in {shown(step.__file__)}")
 
 
 def test_every_linear_of_the_decode_model_is_a_decode_linear(step):

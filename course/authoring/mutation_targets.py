@@ -301,10 +301,11 @@ _NO_GPU = ("a device of None is MAX's default, the CPU, which is the device ever
 _CPU_ONLY = ("the fused kernels run on the CPU only, where a new tensor's default dtype is float32 and its default "
              "device the CPU (runtime.setup): the same tensor")
 _PREFILL = "super().__init__(self.model, self.config, self.device)"
-_DECODE_ROWS = 'rows = TensorType(self.cache_dtype, ["past", heads, head_dim], self.device)'
+_DECODE_ROWS = 'rows = kind(self.cache_dtype, ["rows", heads, head_dim], self.device)'
 _BLOCK_EPS = "eps = F.constant([block.ln_1.eps], DType.float32, x.device)"
-_BLOCK_OUT = "[TensorType(DType.float32, [1, x.shape[-1]], device), *[TensorType(past_k.dtype, row, device)] * 2],"
-_ONE_OP = "one_op = self.blocks_as_one_op and not quantized and int(past_keys[0].shape[-1]) % 16 == 0"
+_BLOCK_OUT = "[TensorType(DType.float32, [1, x.shape[-1]], device)],"
+_ONE_OP = "return self.blocks_as_one_op and not quantized and self.transformer.h[0].attn.head_dim % 16 == 0"
+_KERNEL_PAST = "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0] - (1 if one_op else 0))"
 _NEW_ID = "new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)"
 #: Step 16's given code (solutions/step_16_memory_limit.py).
 _STEP_16 = {
@@ -326,8 +327,8 @@ _STEP_16 = {
         _BLOCK_EPS.replace("x.device", ""))},
     (_S16, "x_block_kernel", _BLOCK_OUT, _BLOCK_OUT.replace("x.shape[-1]", "x.shape[+1]")):
         "decode hands block_kernel x as [1, C]: its axis 1 is its last",
-    (_S16, "xǁKernelGPT2LMHeadModelǁdecode", _ONE_OP, _ONE_OP.replace("past_keys[0]", "past_keys[1]")):
-        "every layer's cache has the same head size, so layer 1's is layer 0's",
+    (_S16, "xǁKernelGPT2LMHeadModelǁwrites_cache", _ONE_OP, _ONE_OP.replace("h[0]", "h[1]")):
+        "every block has the same head size, so block 1's is block 0's",
     (_S16, "xǁDecodeGPT2LMHeadModelǁ__init__",
      "setattr(module, name, self.linear(in_dim, out_dim, bias=not isinstance(child.bias, int)))",
      "setattr(module, name, self.linear(in_dim, out_dim, ))"):
@@ -339,13 +340,12 @@ _STEP_16 = {
     **{(_S16, "xǁDecodeNextLogitsǁprefill_graph", _PREFILL, _PREFILL.replace("self.device", after)): _NO_GPU
        for after in ("None", "")},
     **{(_S16, "xǁDecodeNextLogitsǁdecode_graph", _DECODE_ROWS, _DECODE_ROWS.replace('"past"', after)): _SYMBOL
-       for after in ('"XXpastXX"', '"PAST"')},
+       for after in ('"XXrowsXX"', '"ROWS"')},
     **{(_S16, "xǁDecodeNextLogitsǁstep", _NEW_ID, _NEW_ID.replace("dtype=np.int64", after)): _INT64
        for after in ("dtype=None", "")},
     (_S16, "x_measure_bandwidth", _ROWS, _ROWS.replace("w[0]", "w[1]")):
         "every row of the matrix is ones: any row is the same vector",
-    (_S16, "xǁKernelGPT2LMHeadModelǁdecode", "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])",
-     "x = Embeddings.forward(body, input_ids, past_len=past_keys[1].shape[0])"):
+    (_S16, "xǁKernelGPT2LMHeadModelǁdecode", _KERNEL_PAST, _KERNEL_PAST.replace("past_keys[0]", "past_keys[1]")):
         "every layer caches the same tokens, so layer 1's count is layer 0's (as in step 15)",
     (_S16, "xǁDecodeGPT2LMHeadModelǁdecode", "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])",
      "x = Embeddings.forward(body, input_ids, past_len=past_keys[1].shape[0])"):

@@ -2,10 +2,12 @@
 # attention, attn.c_proj and the residual add, ln_2, c_fc and GELU, mlp.c_proj and the
 # residual add. Each core takes its band of every phase; between phases the cores wait
 # for each other at a barrier they spin on (well under a microsecond), where five ops
-# would each pay MAX's launch and a hand-off to the second core.
+# would each pay MAX's launch and a hand-off to the second core. The op writes the new
+# token's key and value into the cache itself: the graph hands it the cache's first P + 1
+# rows as buffers, and it returns the residual stream alone.
 
 import extensibility as compiler
-from extensibility import InputTensor, OutputTensor
+from extensibility import InputTensor, IOSpec, ManagedTensorSlice, OutputTensor
 from max.algorithm import sync_parallelize
 from max.gpu.host import DeviceContext
 from std.atomic import Atomic
@@ -17,6 +19,8 @@ from .attention import SHORT, attend_band, merge_heads
 from .layer import gelu_tanh, norm_columns
 from .one_row import dot_rows
 
+# A tensor the op reads and writes in place (the cache's views): a MAX buffer in the graph.
+comptime CacheTensor = ManagedTensorSlice[io_spec=IOSpec.MutableInput, ...]
 
 
 # ANCHOR: barrier
@@ -38,16 +42,14 @@ struct BlockOneRow:
     @staticmethod
     def execute[target: StaticString, cache: DType](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],  # [1, C]: the residual stream after the block
-        new_k: OutputTensor[dtype=cache, rank=3, ...],  # [1, H, D]
-        new_v: OutputTensor[dtype=cache, rank=3, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],  # [1, C]
         ln1_g: InputTensor[dtype=DType.float32, rank=1, ...],
         ln1_b: InputTensor[dtype=DType.float32, rank=1, ...],
         eps: InputTensor[dtype=DType.float32, rank=1, ...],
         w_attn: InputTensor[dtype=DType.float32, rank=2, ...],  # [3C, C]
         b_attn: InputTensor[dtype=DType.float32, rank=1, ...],
-        past_k: InputTensor[dtype=cache, rank=3, ...],  # [P, H, D]
-        past_v: InputTensor[dtype=cache, rank=3, ...],
+        past_k: CacheTensor[dtype=cache, rank=3, ...],  # [P + 1, H, D]: P cached tokens, then the new one's row
+        past_v: CacheTensor[dtype=cache, rank=3, ...],
         w_proj: InputTensor[dtype=DType.float32, rank=2, ...],  # [C, C]
         b_proj: InputTensor[dtype=DType.float32, rank=1, ...],
         ln2_g: InputTensor[dtype=DType.float32, rank=1, ...],
@@ -60,7 +62,7 @@ struct BlockOneRow:
     ) raises:
         comptime if target != "cpu":
             raise Error("block_one_row is a CPU kernel")
-        var tokens = past_k.dim_size(0)
+        var tokens = past_k.dim_size(0) - 1  # the cached tokens; row `tokens` takes the new key and value
         var heads = past_k.dim_size(1)
         var d = past_k.dim_size(2)
         var C = x.dim_size(1)
@@ -93,8 +95,8 @@ struct BlockOneRow:
         var out = y.unsafe_ptr()
         var keys = past_k.unsafe_ptr()
         var values = past_v.unsafe_ptr()
-        var nk = new_k.unsafe_ptr()
-        var nv = new_v.unsafe_ptr()
+        var nk = keys + tokens * heads * d  # the new token's row of the cache
+        var nv = values + tokens * heads * d
         var g1 = ln1_g.unsafe_ptr()
         var bb1 = ln1_b.unsafe_ptr()
         var g2 = ln2_g.unsafe_ptr()
@@ -120,7 +122,7 @@ struct BlockOneRow:
             for r in range(r0, r1):
                 qkv.store(r, qkv.load(r) + ba.load(r))
             wait_all(count, 2, cores)
-            # 3. the new key and value in the cache's type; the attention over a band of the tokens.
+            # 3. the new key and value into the cache's last row, in its type; the attention over a band of the tokens.
             var ks = qkv + C
             var vs = qkv + 2 * C
             var c0 = C * core // cores
