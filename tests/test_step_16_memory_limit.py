@@ -18,7 +18,9 @@
   same logits; building compiles nothing, and a long prompt compiles the prefill graph once.
 * Given code, where ``mojo`` compiles: the Mojo product kernel equals ``x @ Wᵀ``; the Mojo
   attention equals NumPy's over a float32 and a float16 cache; the model with both
-  (``KernelGPT2LMHeadModel``) gives ``GPT2LMHeadModel``'s logits through both graphs.
+  (``KernelGPT2LMHeadModel``) gives ``GPT2LMHeadModel``'s logits through both graphs; with
+  float32 weights its decode graph writes each new key and value into the cache itself and
+  returns the logits alone, and the cache holds Hugging Face's keys and values.
 
 Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst |Δ| on
 solutions/: see the ✓ lines (the teacher-forced logits about 1e-5, as step 15's).
