@@ -542,8 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", action="store_true",
                         help="run nothing: report (and with --write, record) the verdicts of the last run in .mutation/")
     args = parser.parse_args(argv)
-    if missing_tools():
-        parser.error(missing_tools())
+    if problem := missing_tools():
+        parser.error(problem)
     unknown = [target for target in args.targets if target not in TARGETS]
     if unknown:
         parser.error(f"not a target: {', '.join(unknown)} (targets: {', '.join(TARGETS)})")
