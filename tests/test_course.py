@@ -3,10 +3,12 @@ checks catch planted bugs. They run on a scratch copy, never on your steps/."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -1422,7 +1424,10 @@ def test_setup_prepares_max_once_per_process(monkeypatch):
     from course import runtime
 
     maxs, logger = default_executor().fallback, logging.getLogger("max._eager_policy")
+    wrapped = []
+    monkeypatch.setattr(runtime, "poller_idle_in_execute", lambda: wrapped.append("execute"))
     monkeypatch.setattr(runtime, "_done", False)
+    monkeypatch.delenv("COURSE_MAX_POLLER", raising=False)
     monkeypatch.delenv("MODULAR_LOG_LEVEL", raising=False)
     monkeypatch.delenv("MAX_EAGER_EXECUTOR", raising=False)
     monkeypatch.setattr(logger, "level", logging.NOTSET)
@@ -1442,6 +1447,7 @@ def test_setup_prepares_max_once_per_process(monkeypatch):
     finally:
         handler = signal.signal(signal.SIGINT, previous)
     assert handler is signal.default_int_handler and again is signal.default_int_handler, "the second call did something"
+    assert wrapped == ["execute"], f"Model.execute wrapped for MAX's poller {len(wrapped)} times, not once"
     assert isinstance(executor, runtime.InterpretFirst) and executor.fallback is maxs, type(executor).__name__
     assert dtype == DType.float32, dtype
     assert os.environ.get("MODULAR_LOG_LEVEL") == "ERROR" and logger.level == logging.ERROR, (os.environ.get(
@@ -1450,6 +1456,156 @@ def test_setup_prepares_max_once_per_process(monkeypatch):
     code = "import os; print([os.environ.get(n) for n in ('PYTHONEXECUTABLE', 'MOJO_PYTHON_LIBRARY')])"
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert child.stdout.strip() == "[None, '/as/python/holds/it']", child.stdout
+
+
+def test_setup_leaves_maxs_poller_as_it_is_when_asked(monkeypatch):
+    """COURSE_MAX_POLLER=as-is: runtime.setup() leaves MAX's poller as MAX starts it (Model.execute unwrapped)"""
+    from course import runtime
+
+    wrapped = []
+    monkeypatch.setattr(runtime, "poller_idle_in_execute", lambda: wrapped.append("execute"))
+    monkeypatch.setattr(runtime, "_done", False)
+    monkeypatch.setenv("COURSE_MAX_POLLER", "as-is")
+    runtime.setup()
+    assert wrapped == [], "setup wrapped Model.execute for MAX's poller where COURSE_MAX_POLLER=as-is"
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE and /proc are Linux's: elsewhere nothing is set")
+def test_a_graph_runs_with_maxs_poller_idle_and_gives_it_back_its_policy(monkeypatch):
+    """in this process (runtime.setup() wrapped Model.execute): once a graph has run, MAX's poller is found, one
+    thread that wakes over a thousand times a second and is none of MAX's workers; a graph then runs with it at
+    SCHED_IDLE, gives it its own policy back, and computes what it computed"""
+    from max.driver import CPU, Buffer
+    from max.engine import InferenceSession, Model
+
+    from course import runtime
+
+    maxs = getattr(Model.execute, "original", Model.execute)
+    monkeypatch.setattr(Model, "execute", maxs)  # MAX's own, as before setup()
+    monkeypatch.setattr(runtime, "POLLERS", None)  # as before any graph ran
+    runtime.poller_idle_in_execute()
+    runtime.poller_idle_in_execute()  # a second call wraps nothing more
+    assert Model.execute is not maxs and Model.execute.original is maxs, "Model.execute is not wrapped once"
+    model = InferenceSession(devices=[CPU()]).load(_probe_graph())
+    x = np.linspace(-1, 1, 37 * 41, dtype=np.float32).reshape(37, 41)
+    model.execute(Buffer.from_numpy(x))  # the first graph through the wrapper: the poller is found by now
+    assert runtime.POLLERS is not None and len(runtime.POLLERS) == 1, f"MAX's poller: {runtime.POLLERS}"
+    (tid, own), = runtime.POLLERS
+    before = runtime.thread_wakes()
+    time.sleep(0.2)
+    after = runtime.thread_wakes()
+    name, wakes = after[tid]
+    rate = (wakes - before[tid][1]) / 0.2
+    assert rate >= runtime.POLLER_WAKES_PER_SECOND and not name.startswith(runtime.MAX_WORKERS), (name, rate)
+    seen, set_pollers = [], runtime._set_pollers
+
+    def watched(idle):
+        set_pollers(idle)
+        seen.append((idle, os.sched_getscheduler(tid)))
+
+    monkeypatch.setattr(runtime, "_set_pollers", watched)
+    got = model.execute(Buffer.from_numpy(x))[0].to_numpy()
+    assert seen == [(True, os.SCHED_IDLE), (False, own)], f"the poller's policy on the way in and out: {seen}"
+    assert os.sched_getscheduler(tid) == own == os.SCHED_OTHER, (os.sched_getscheduler(tid), own)
+    worst = np.abs(got - np.tanh(x * 3.0 + 1.5)).max()
+    assert worst < 1e-5, f"the graph's numbers moved: max |Δ| {worst:.1e}"
+
+
+@contextlib.contextmanager
+def _a_thread(name: str = "", wakes: bool = False):
+    """A thread of this process for the poller's checks, stopped when the block ends: its native id. Named ``name``
+    (Linux's PR_SET_NAME) where given; waking every 0.2 ms where ``wakes``, otherwise waiting."""
+    import ctypes
+    import threading
+
+    stop, ids = threading.Event(), []
+
+    def run():
+        if name:
+            ctypes.CDLL(None).prctl(15, name.encode())  # PR_SET_NAME
+        ids.append(threading.get_native_id())
+        while not stop.is_set():
+            time.sleep(0.0002) if wakes else stop.wait()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        while not ids:
+            time.sleep(0.01)
+        yield ids[0]
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE and /proc are Linux's: elsewhere nothing is set")
+def test_find_max_poller_picks_a_thread_by_its_wakes_and_never_a_max_worker(monkeypatch):
+    """find_max_poller: a thread that wakes every 0.2 ms, with its policy; not one as busy but named as MAX's workers,
+    nor one that waits, nor one that ends before its policy is read, nor this one, which slept; nothing without
+    SCHED_IDLE; and its default sample is short"""
+    import threading
+
+    from course import runtime
+
+    real = os.sched_getscheduler
+    with _a_thread(wakes=True) as wakes, _a_thread(f"{runtime.MAX_WORKERS}9", wakes=True) as worker, \
+            _a_thread() as waits:
+
+        def ended(tid):  # the thread that wakes has ended by the time its policy is read
+            if tid == wakes:
+                raise ProcessLookupError(3, "No such process")
+            return real(tid)
+
+        with monkeypatch.context() as patch:
+            patch.delattr(os, "SCHED_IDLE")
+            elsewhere = runtime.find_max_poller(0.2)  # as on macOS: no SCHED_IDLE
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "sched_getscheduler", ended)
+            gone = runtime.find_max_poller(0.2)
+        found = dict(runtime.find_max_poller(0.2))
+        started = time.perf_counter()
+        runtime.find_max_poller()  # its default sample, as every process's first graph pays it
+        cost = time.perf_counter() - started
+    assert elsewhere == [], f"without SCHED_IDLE it found {elsewhere}"
+    assert wakes not in dict(gone), f"a thread that ended is in {gone}"
+    assert found.get(wakes) == os.SCHED_OTHER, (found, wakes)
+    assert worker not in found and waits not in found, (found, worker, waits)
+    assert threading.get_native_id() not in found, f"this thread, which slept, is in {found}"
+    assert cost < 0.5, f"find_max_poller() took {cost:.2f} s"
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_max_poller_idle_holds_the_poller_idle_until_the_last_graph_returns(monkeypatch):
+    """max_poller_idle: the poller at SCHED_IDLE inside, still inside a block within it (two graphs at once), its own
+    policy after the last; a poller that has ended changes nothing and raises nothing"""
+    from course import runtime
+
+    with _a_thread() as tid:
+        monkeypatch.setattr(runtime, "POLLERS", [(tid, os.SCHED_BATCH), (999999999, os.SCHED_OTHER)])
+        with runtime.max_poller_idle():
+            first = os.sched_getscheduler(tid)
+            with runtime.max_poller_idle():
+                pass
+            inner_done = os.sched_getscheduler(tid)
+        after = os.sched_getscheduler(tid)
+    assert (first, inner_done, after) == (os.SCHED_IDLE, os.SCHED_IDLE, os.SCHED_BATCH), (first, inner_done, after)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="/proc/<pid>/task is Linux's")
+def test_thread_wakes_reads_whole_names_and_passes_over_a_thread_that_ended(monkeypatch):
+    """thread_wakes: every thread of the process with its whole name (colons and spaces in it too) and its count of
+    sleeps, and nothing for a thread that ended between the listing and the reading"""
+    import threading
+
+    from course import runtime
+
+    listed = os.listdir
+    with _a_thread("a:b: c") as named, monkeypatch.context() as patch:
+        patch.setattr(os, "listdir", lambda path: [*listed(path), "999999999"])  # gone by the time it is read
+        wakes = runtime.thread_wakes()
+    assert wakes.get(named, ("",))[0] == "a:b: c", wakes
+    assert 999999999 not in wakes and threading.get_native_id() in wakes, sorted(wakes)
+    assert all(isinstance(count, int) and count >= 0 for _, count in wakes.values()), wakes
 
 
 def test_setup_installs_the_sigint_handler_that_makes_eager_ops_fast(monkeypatch):

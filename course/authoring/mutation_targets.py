@@ -54,7 +54,11 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "a_graph_file_names_what_the_graph_computes", "the_graph_files_are_trimmed_oldest_first",
         "a_compiled_graph_loads_from_its_file_the_next_time", "eager_ops_run_on_the_interpreter_and_only_what_it_"
         "refuses_on_maxs_executor", "eager_ops_keep_an_executor_chosen_by_hand", "setup_prepares_max_once_per_process",
-        "setup_installs_the_sigint_handler_that_makes_eager_ops_fast",
+        "setup_installs_the_sigint_handler_that_makes_eager_ops_fast", "setup_leaves_maxs_poller_as_it_is_when_asked",
+        "a_graph_runs_with_maxs_poller_idle_and_gives_it_back_its_policy",
+        "find_max_poller_picks_a_thread_by_its_wakes_and_never_a_max_worker",
+        "max_poller_idle_holds_the_poller_idle_until_the_last_graph_returns",
+        "thread_wakes_reads_whole_names_and_passes_over_a_thread_that_ended",
         "a_graph_file_is_named_for_the_course_kernels_it_calls_not_where_maxs_libraries_lie",
         "what_a_graph_file_is_compiled_for_names_max_this_cpu_and_maxs_debug_settings",
         "max_cache_is_the_folder_max_reports", "to_numpy_gives_float32",
@@ -444,8 +448,13 @@ _BODY = r'body = re.sub(r"_kernel_library_paths = \[[^\]]*\]", "", text)'
 _DIGEST = "digest = hashlib.sha256(f\"{host}\\n{body}{libraries or ''}\".encode()).hexdigest()[:24]"
 _SAME_NAMES = ("the same text for every graph: the files' names change once, and stay as distinct (another op, shape, "
                "constant or kernel build) and as stable (MAX's libraries elsewhere)")
+_OFTEN = ("if tid in before and not name.startswith(MAX_WORKERS) and wakes - before[tid][1] >= POLLER_WAKES_PER_SECOND "
+          "* window:")
 #: The course's runtime (course/runtime.py).
 _RUNTIME = {
+    (_RT, "x_find_max_poller", _OFTEN, _OFTEN.replace(" >= ", " > ")):
+        "only a thread that wakes exactly POLLER_WAKES_PER_SECOND x window times in the window could tell: MAX's poller "
+        "wakes about five times as often, every other thread of a process under a hundredth as often",
     (_RT, "x_setup", _PIN, _PIN.replace("CPU()", "None")):
         "no default device is MAX's default, the CPU on a machine without an accelerator, which CI is: only a GPU "
         "machine could tell (the pin itself is checked through the dtype)",
