@@ -59,6 +59,10 @@ OUTLINE = {
     24: "Llama generation and its KV cache",
 }
 
+#: The course's parts, by the step each starts at: a part runs to the step before the next part's
+#: first (the last to the end of OUTLINE). The pages' drift check (tests/test_pages.py) reads them.
+PARTS = {1: "Part I · GPT-2", 17: "Part II · the Llama family"}
+
 
 def marker(number: int) -> str:
     """The pytest marker that selects a step's checks: ``step04``."""

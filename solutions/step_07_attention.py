@@ -59,9 +59,10 @@ class CausalSelfAttention(Module):
         self.n_embd = config.n_embd
         self.n_head = config.n_head
         self.head_dim = config.head_dim
-        # TODO 1: Create the two linear layers (both with bias):
-        #   c_attn maps n_embd to 3 * n_embd (q, k and v in one multiply);
-        #   c_proj maps n_embd to n_embd (applied after the heads are merged).
+        # TODO 1: Create the two linear layers (both with bias), with the checkpoint's widths:
+        #   c_attn computes q, k and v in one multiply, side by side;
+        #   c_proj projects the merged heads back into the residual stream.
+        # Hint: the chapter's table of shapes: how wide is each of q, k and v?
         # ANCHOR: layers | stub: self.c_attn = self.c_proj = None
         self.c_attn = Linear(config.n_embd, 3 * config.n_embd)
         self.c_proj = Linear(config.n_embd, config.n_embd)
@@ -88,8 +89,8 @@ class CausalSelfAttention(Module):
         # TODO 3: Score every query against every key, scaled by 1 / sqrt(head_dim);
         #   add self.mask(seq_len, past_len), step 02's mask; softmax over the keys;
         #   return the weighted sum of the values.
-        # Hint: a @ b multiplies the last two axes (the others are batch axes), so
-        #   q @ (k with its last two axes swapped) is [B, H, T, past_len + T].
+        # Hint: a @ b multiplies over the last two axes (the others are batch axes): which
+        #   two axes of k must trade places for the scores to be [B, H, T, past_len + T]?
         #   F.softmax takes an axis: which axis holds the keys?
         # ANCHOR: attend | stub: return None
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
@@ -118,7 +119,7 @@ class CausalSelfAttention(Module):
     def forward(self, x: Tensor) -> Tensor:
         # TODO 5: Compute q, k, v with c_attn and split them apart (q first, then k,
         #   then v); split each into heads; attend; merge the heads; project with c_proj.
-        # Hint: F.split(t, [n, n, n], axis=-1) cuts the last axis into three pieces.
+        # Hint: F.split cuts an axis into pieces of the sizes you list: how wide is each?
         # ANCHOR: forward | stub: return None
         q, k, v = F.split(self.c_attn(x), [self.n_embd] * 3, axis=-1)
         y = self.attend(self.split_heads(q), self.split_heads(k), self.split_heads(v))

@@ -86,8 +86,8 @@ def filter_logits(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, 
 
     # TODO 2: Top-k: when 0 < top_k < vocab size, set every logit below the k-th
     #   largest to -inf (ties with the k-th largest stay).
-    # Hint: np.sort sorts ascending, so the k-th largest sits k places from the end;
-    #   np.where(condition, a, b) picks elementwise.
+    # Hint: np.sort sorts ascending: where does the k-th largest sit? np.where picks
+    #   elementwise between two choices, one of them -inf.
     # ANCHOR: top_k | stub: pass
     if 0 < top_k < logits.size:
         kth_largest = np.sort(logits)[-top_k]
@@ -96,10 +96,10 @@ def filter_logits(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, 
 
     # TODO 3: Top-p: when top_p < 1, keep the smallest set of most likely tokens
     #   whose probabilities add up to at least top_p; set the rest to -inf.
-    # Hint: visit the tokens from most to least likely with their softmax
-    #   probabilities: np.argsort(-logits, kind="stable") puts exact ties in id
-    #   order, so that at a tie the lower id stays. A token stays when the tokens
-    #   *before* it add up to less than top_p, so the most likely token always
+    # Hint: visit the tokens from most to least likely with their softmax probabilities.
+    #   np.argsort only ascends (how do you sort descending?); kind="stable" keeps exact
+    #   ties in id order, so that at a tie the lower id stays. A token stays when the
+    #   tokens *before* it add up to less than top_p, so the most likely token always
     #   stays. np.cumsum gives running totals; how do you leave the token itself out?
     # ANCHOR: top_p | stub: pass
     if top_p < 1:

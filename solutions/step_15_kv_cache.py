@@ -119,10 +119,10 @@ class CachedGPT2LMHeadModel(GPT2LMHeadModel):
         #   each block with its own layer's past keys and values, collecting the
         #   grown ones; apply ln_f to the last position only and return its logits
         #   [batch, vocab_size] with the lists of keys and values.
-        # Hint: Embeddings.forward(body, input_ids, past_len) is step 06's embedding
-        #   with a start position (GPT2Model overrides forward, so name the class).
-        #   zip(body.h, past_keys, past_values) walks the layers. x[:, -1, :] is the
-        #   last position, and the head is step 11's: self.head(hidden).
+        # Hint: step 06's Embeddings.forward takes a start position (GPT2Model overrides
+        #   forward, so call it through the class, with body). zip walks the blocks and
+        #   their caches side by side. A slice keeps only the last position, and step
+        #   11's head method turns it into logits.
         # ANCHOR: model_forward | stub: return None
         x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[2])
         keys, values = [], []

@@ -35,9 +35,9 @@ class LlamaConfig:
     #   num_key_value_heads      how many key/value heads those query heads share
     #   vocab_size               how many distinct tokens the tokenizer can produce
     #   max_position_embeddings  the longest sequence the model was trained to read
-    # Hint: SmolLM2-135M is 30 layers of width 576 and MLP width 1536, with 9 query
-    #   heads of 64 sharing 3 key/value heads, a 49,152-token vocabulary and an
-    #   8,192-token context. Keep the names: they are Hugging Face's.
+    # Hint: the chapter's list of fields gives each of SmolLM2-135M's sizes; its
+    #   config.json on the Hugging Face Hub holds them too, under these very names
+    #   (keep them: they are Hugging Face's).
     # ANCHOR: sizes | stub: pass
     hidden_size: int = 576
     intermediate_size: int = 1536

@@ -16,10 +16,11 @@ Which numbers form a pair is a convention. Hugging Face's Llama pairs number
 
     x = [x1, x2]            x1, x2: the two halves of the last axis
     rotate_half(x) = [-x2, x1]
-    rope(x) = x * cos + rotate_half(x) * sin
+    rope(x) = [x1 * cos - x2 * sin,  x2 * cos + x1 * sin]
 
 with ``cos`` and ``sin`` of the angles, each angle written twice (once per
-half). Queries and keys are rotated; values are not.
+half): each pair turned as a point in the plane. Queries and keys are
+rotated; values are not.
 
 ``past_len`` gives the tables of tokens that follow ``past_len`` cached ones, as
 step 06's position embeddings did.
@@ -39,16 +40,16 @@ def rope_tables(head_dim: int, theta: float, seq_len: int, past_len: int = 0) ->
     """cos and sin of every angle, each ``[seq_len, head_dim]``, for positions
     ``past_len`` to ``past_len + seq_len - 1``."""
     # TODO 1: Compute the head_dim / 2 frequencies theta ** (-2i / head_dim), one per pair.
-    # Hint: F.arange(0, head_dim, 2, dtype=DType.float32) counts 0, 2, 4, …; a Python
-    #   number raised to a tensor (theta ** t) is a tensor.
+    # Hint: F.arange can count 2i for every pair by itself (look up its step and dtype
+    #   arguments); the rest is element-wise arithmetic, a Python number included.
     # ANCHOR: frequencies | stub: frequencies = None
     frequencies = 1.0 / theta ** (F.arange(0, head_dim, 2, dtype=DType.float32) / head_dim)
     # ANCHOR_END: frequencies
 
     # TODO 2: Multiply every position by every frequency ([seq_len, head_dim / 2]), write the
     #   angles twice side by side ([seq_len, head_dim]), and return their cos and sin.
-    # Hint: a [seq_len, 1] tensor times a [1, head_dim / 2] one broadcasts to every pair;
-    #   F.concat([a, b], axis=-1) puts two tensors side by side.
+    # Hint: the chapter's table of shapes. Broadcasting makes every product of a column
+    #   (positions) and a row (frequencies); look up F.concat for "side by side".
     # ANCHOR: angles | stub: return None
     positions = F.arange(past_len, past_len + seq_len, dtype=DType.float32)
     angles = positions.reshape([seq_len, 1]) * frequencies.reshape([1, head_dim // 2])
@@ -64,7 +65,8 @@ def rope_tables(head_dim: int, theta: float, seq_len: int, past_len: int = 0) ->
 def rotate_half(x: Tensor) -> Tensor:
     """[x1, x2] -> [-x2, x1], the halves of x's last axis."""
     # TODO 3: Cut the last axis into its two halves and put them back as [-x2, x1].
-    # Hint: F.split(x, [half, half], axis=-1) cuts; int(x.shape[-1]) is the width.
+    # Hint: F.split and F.concat each work along one axis. A width read from x.shape is a
+    #   Dim, not a Python int: convert it before you halve it.
     # ANCHOR: rotate_half | stub: return None
     half = int(x.shape[-1]) // 2
     x1, x2 = F.split(x, [half, half], axis=-1)
@@ -74,7 +76,11 @@ def rotate_half(x: Tensor) -> Tensor:
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotates x ``[..., seq_len, head_dim]`` (queries or keys) by the tables of rope_tables."""
-    # TODO 4: Combine x and rotate_half(x) with the tables, as in the formula above.
+    # TODO 4: Return x rotated by the tables: its first half becomes x1 * cos - x2 * sin,
+    #   its second x2 * cos + x1 * sin (the module docstring's rope(x)).
+    # Hint: rotate_half(x) puts each number's partner, with its sign, where the number
+    #   was; then the whole rotation is element-wise: which of x and rotate_half(x)
+    #   goes with cos, and which with sin?
     # ANCHOR: rotate | stub: return None
     return x * cos + rotate_half(x) * sin
     # ANCHOR_END: rotate

@@ -47,9 +47,10 @@ class LlamaMLP(Module):
         # ANCHOR_END: down
 
     def forward(self, x: Tensor) -> Tensor:
-        # TODO 3: Gate: SiLU of gate_proj(x), times up_proj(x); then project with down_proj.
-        # Hint: F.silu is in MAX's functional module. Which of the two expansions
-        #   goes through it?
+        # TODO 3: Return the SwiGLU MLP of x (the chapter's formula): SiLU of one expansion,
+        #   the gate, times the other, element by element, projected back by down_proj.
+        # Hint: F.silu is in MAX's functional module. Which of the two expansions is the
+        #   gate? Their names say.
         # ANCHOR: forward | stub: return None
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         # ANCHOR_END: forward

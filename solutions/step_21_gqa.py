@@ -59,10 +59,10 @@ class LlamaAttention(CausalSelfAttention):
         self.head_dim = config.head_dim
         self.n_embd = config.num_attention_heads * config.head_dim  # what merge_heads joins the heads into
         self.rope_theta = config.rope_theta
-        # TODO 1: Create the four projections, all without a bias:
-        #   q_proj: hidden_size -> num_attention_heads * head_dim
-        #   k_proj and v_proj: hidden_size -> num_key_value_heads * head_dim
-        #   o_proj: num_attention_heads * head_dim -> hidden_size
+        # TODO 1: Create the four projections q_proj, k_proj, v_proj and o_proj: Linear
+        #   layers without a bias, each as wide as the checkpoint's weight of that name.
+        # Hint: the shapes in the docstring above: how many heads does each projection
+        #   make (or, for o_proj, take in), and how wide is a head?
         # ANCHOR: projections | stub: self.q_proj = self.k_proj = self.v_proj = self.o_proj = None
         self.q_proj = Linear(config.hidden_size, self.n_head * self.head_dim, bias=False)
         self.k_proj = Linear(config.hidden_size, self.n_kv_head * self.head_dim, bias=False)
@@ -83,9 +83,9 @@ class LlamaAttention(CausalSelfAttention):
         # TODO 2: Repeat each key/value head `groups` times in place, so that query heads
         #   0 … groups-1 see key/value head 0, the next `groups` see head 1, and so on:
         #   [k0, k0, k1, k1], not [k0, k1, k0, k1].
-        # Hint: give x a new axis for the copies, [B, K, 1, T, D]; F.concat `groups` copies
-        #   along it; reshape [B, K, groups, T, D] to [B, H, T, D]. Concatenating on axis 1
-        #   straight away would tile the heads instead.
+        # Hint: reshape only regroups numbers in their memory order. Copies that sit right
+        #   behind their own head, on an axis of their own, merge into [k0, k0, k1, k1];
+        #   copies joined along the heads axis itself come out tiled.
         # ANCHOR: repeat_kv | stub: return None
         copies = x.reshape([batch, heads, 1, seq_len, head_dim])
         copies = F.concat([copies] * groups, axis=2)
@@ -96,9 +96,9 @@ class LlamaAttention(CausalSelfAttention):
         # TODO 3: Project x to q, k and v and split each into heads; rotate q and k (not v)
         #   with step 19's tables for the positions 0 … T-1; repeat k and v for the
         #   groups; attend (step 07's); merge the heads and project with o_proj.
-        # Hint: rope_tables(self.head_dim, self.rope_theta, x.shape[1]) gives cos and sin;
-        #   apply_rope(q, cos, sin) rotates. RoPE before repeat_kv or after gives the same
-        #   numbers; before, it rotates num_key_value_heads heads instead of num_attention_heads.
+        # Hint: step 19's two functions are imported above: which of the attributes set in
+        #   __init__ does the table need, and how many positions? RoPE before repeat_kv or
+        #   after gives the same numbers; before, it rotates fewer heads.
         # ANCHOR: forward | stub: return None
         q = self.split_heads(self.q_proj(x))
         k = self.split_heads(self.k_proj(x))

@@ -27,9 +27,8 @@ class GPT2Config:
     #   n_embd       the width of every token's vector (the residual stream)
     #   n_layer      how many transformer blocks are stacked
     #   n_head       how many attention heads share each block's n_embd
-    # Hint: GPT-2's byte-level BPE has 256 byte tokens, 50,000 learned merges and one
-    #   <|endoftext|> token. The paper's smallest model is 12 layers of width 768 with
-    #   64-wide heads, reading up to 1024 tokens.
+    # Hint: the chapter's list of fields gives each size and where it comes from; the
+    #   defaults of transformers.GPT2Config() are GPT-2 small's too, under these names.
     pass
 
     # These three are given: the MLP's width (None means 4 * n_embd), the small

@@ -27,7 +27,8 @@ def causal_mask(seq_len: int, past_len: int = 0) -> Tensor:
     ``i`` may attend key ``j`` (``j <= past_len + i``) and ``-inf`` elsewhere.
     """
     # TODO 1: Start from a [seq_len, past_len + seq_len] tensor filled with -inf.
-    # Hint: F.full(shape, value) makes a filled tensor; float("-inf") is the value.
+    # Hint: MAX's functional module has a constructor that fills a shape with one value;
+    #   Python's float() can spell minus infinity.
     mask = None
 
     # TODO 2: Set the allowed entries (key j <= past_len + i) to 0, keep -inf above them.

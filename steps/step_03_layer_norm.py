@@ -41,7 +41,7 @@ class LayerNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         # TODO 2: Compute the mean and the biased variance (divide by n, not n - 1)
         #   of x over its last axis, keeping that axis so they broadcast against x.
-        # Hint: F.mean(x, axis=-1) keeps the reduced axis with size 1.
+        # Hint: F.mean keeps the reduced axis (size 1); the variance is a mean too: of what?
         mean = var = None
 
         # TODO 3: Normalize x, then scale by weight and shift by bias.

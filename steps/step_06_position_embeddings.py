@@ -71,10 +71,10 @@ class Embeddings(TokenEmbeddings):
 
         # TODO 2: Make the positions of the seq_len tokens: past_len, past_len + 1, ...
         #   as an integer tensor of length seq_len.
-        # Hint: F.arange(start, stop, dtype=...) counts from start up to, not including, stop.
+        # Hint: F.arange counts from a start up to, not including, a stop; ids are integers.
         positions = None
 
         # TODO 3: Return the token embeddings plus the position embeddings.
-        # Hint: super().forward(input_ids) is step 05's lookup (and checks the ids).
-        #   The position embeddings are [seq, n_embd]; how do they add to [batch, seq, n_embd]?
+        # Hint: step 05's forward, reached through super(), is the token lookup (and checks
+        #   the ids). wpe's rows are [seq, n_embd]; how do they add to [batch, seq, n_embd]?
         return None

@@ -43,8 +43,8 @@ class GPT2LMHeadModel(Module):
         """The language-model head: hidden vectors [..., n_embd] -> logits [..., vocab_size]."""
         # TODO 2: Score each hidden vector against every row of the token embedding
         #   table.
-        # Hint: the table is self.transformer.wte.weight, [vocab_size, n_embd];
-        #   t.T is a 2-D tensor's transpose.
+        # Hint: the table is wte's weight, [vocab_size, n_embd], and hidden is [..., n_embd]:
+        #   which matrix product gives [..., vocab_size]?
         return None
 
     def forward(self, input_ids: Tensor) -> Tensor:

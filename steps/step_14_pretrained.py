@@ -88,7 +88,7 @@ def to_max_layout(name: str, value: np.ndarray) -> np.ndarray:
     #   mlp.c_proj, stored [in, out]) transposed to the [out, in] of MAX's Linear,
     #   and every other value as it is: wte and wpe are tables of rows, biases and
     #   layer-norm parameters are 1-D.
-    # Hint: name.endswith(("c_attn.weight", ...)) takes a tuple; value.T transposes.
+    # Hint: one str.endswith call takes a tuple of endings; a NumPy array has a transpose.
     #   attn.c_proj is square and loads either way: only the numbers show a missed one
     #   (mlp.c_proj is [4C, C], so its shape shows).
     return None

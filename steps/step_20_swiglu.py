@@ -43,7 +43,8 @@ class LlamaMLP(Module):
         self.down_proj = None
 
     def forward(self, x: Tensor) -> Tensor:
-        # TODO 3: Gate: SiLU of gate_proj(x), times up_proj(x); then project with down_proj.
-        # Hint: F.silu is in MAX's functional module. Which of the two expansions
-        #   goes through it?
+        # TODO 3: Return the SwiGLU MLP of x (the chapter's formula): SiLU of one expansion,
+        #   the gate, times the other, element by element, projected back by down_proj.
+        # Hint: F.silu is in MAX's functional module. Which of the two expansions is the
+        #   gate? Their names say.
         return None

@@ -43,10 +43,11 @@ from step_22_llama_model import LlamaDecoderLayer, LlamaForCausalLM
 
 def kv_bytes_per_token(config: LlamaConfig, bytes_per_value: int = 4) -> int:
     """How many bytes the cache grows by for each token: every layer's key and value heads."""
-    # TODO 1: Count what one token adds to the cache: a key and a value (2), in every
-    #   layer, for each key/value head, of head_dim numbers, each bytes_per_value bytes.
-    # Hint: the cache holds num_key_value_heads heads, not num_attention_heads: that
-    #   is the saving of grouped-query attention.
+    # TODO 1: Return how many bytes one token adds to the cache, at bytes_per_value bytes
+    #   a number.
+    # Hint: what does each layer keep of a token (step 15), for how many heads, each how
+    #   wide? The cache keeps the key/value heads, not the query heads: that is the saving
+    #   of grouped-query attention.
     return None
 
 

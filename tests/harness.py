@@ -5,7 +5,7 @@ traceback; the reason names the TODO to look at.
 
 Modules run eagerly (``module(x)``), never through ``Module.compile``: measured on
 step 04, a warm eager forward costs 0.04-0.4 s while a compiled graph costs 3 s to
-load per shape even when cached (README, "Why the checks run MAX eagerly").
+load per shape even when cached (the book's log, 2026-11-22, "Why the checks run MAX eagerly").
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import inspect
 import locale
+import re
 import sys
 import types
 from collections.abc import Callable, Iterable
@@ -459,3 +460,31 @@ def greedy_agreement(got: list[int], expected: list[int], scores: list[np.ndarra
         f"greedy tokens for {what} differ from Hugging Face's generate at new token {at}: "
         f"got {got[at:at + 5]}…, expected {expected[at:at + 5]}… ({len(got)} vs {len(expected)} tokens)"
     )
+
+
+_VALUE = r"%[\w#]+"
+_OP = re.compile(rf"^\s*(?P<out>{_VALUE}(?:, {_VALUE})*) = (?P<op>[\w.]+)\((?P<args>[^)]*)\)")
+
+
+def weight_reads(mlir: str, weight: str = "%arg1") -> list[str]:
+    """How a staged graph's ops read its ``weight`` argument: for each op that takes the weight (or a reshape of it,
+    which moves no number, or a transpose of it), "transposed" for a transpose or permute, "right operand" when it is a matmul's second
+    operand (x @ W...), "left operand" when it is a matmul's first (W @ column), else the op's name."""
+    aliases, reads = {weight}, []
+    for line in mlir.splitlines():
+        if not (match := _OP.match(line)):
+            continue
+        args = [arg.strip() for arg in match["args"].split(",")]
+        if not aliases.intersection(args):
+            continue
+        op = match["op"].split(".")[-1]
+        if op == "reshape":
+            aliases.add(match["out"])
+        elif op in ("transpose", "permute"):  # the weight still, its numbers read across its rows
+            reads.append("transposed")
+            aliases.add(match["out"])
+        elif op == "matmul":
+            reads.append("left operand" if args[0] in aliases else "right operand")
+        else:
+            reads.append(op)
+    return reads

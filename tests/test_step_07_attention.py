@@ -6,7 +6,10 @@ The pieces are checked on their own first, so a failure names the method to fix:
 ``split_heads`` and ``merge_heads`` against NumPy's reshape and transpose,
 ``attend`` against Hugging Face's ``eager_attention_forward`` (also with
 ``past_len``, as step 15 will call it), then the whole module, then causality
-directly: changing token t must leave every output before t unchanged.
+directly: changing token t must leave every output before t unchanged. When the
+whole module is off, its pieces are checked again first, so that a mistake in
+one of them is named with its own TODO, not read as forward's (attend's k·qᵀ
+gives the numbers of c_attn's output split as k, q, v, TODO 5's mistake).
 
 Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst case |Δ| on
 solutions/ (float32 noise: MAX and PyTorch sum in different orders): 7e-7 for
@@ -30,7 +33,9 @@ import torch
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, eager_attention_forward
 
 from course.runtime import from_numpy, to_numpy
-from harness import Mistake, assert_close, attribute, build, call, fail, forward, load_weights, solution, todo_in
+from harness import (
+    Mistake, assert_close, attribute, build, call, fail, forward, load_weights, matching_mistake, solution, todo_in
+)
 from reference import (
     CONFIGS, SMALL, hf_causal_mask, hf_config, hidden_states, run_masked, seeded, softmax, to_max_state
 )
@@ -183,9 +188,8 @@ def test_split_and_merge_heads(step):
     _check_heads(step, mine)
 
 
-@pytest.mark.parametrize("seq_len,past_len", [(7, 0), (3, 4)])
-def test_attend_matches_scaled_dot_product(step, seq_len, past_len):
-    """attend matches Hugging Face's eager attention, with the causal mask"""
+def check_attend(step, seq_len: int, past_len: int) -> None:
+    """attend on seeded q, k, v (``past_len`` cached keys) against Hugging Face's eager attention."""
     mine, reference = _attention(step, SMALL)
     generator = torch.Generator().manual_seed(seq_len * 31 + past_len)
     shape = (2, SMALL["n_head"], seq_len, SMALL["n_embd"] // SMALL["n_head"])
@@ -204,6 +208,17 @@ def test_attend_matches_scaled_dot_product(step, seq_len, past_len):
     )
 
 
+@pytest.mark.parametrize("seq_len,past_len", [(7, 0), (3, 4)])
+def test_attend_matches_scaled_dot_product(step, seq_len, past_len):
+    """attend matches Hugging Face's eager attention, with the causal mask"""
+    check_attend(step, seq_len, past_len)
+
+
+def _close(got: np.ndarray, expected: np.ndarray) -> bool:
+    """Whether ``got`` matches ``expected`` within the harness's tolerance."""
+    return matching_mistake(got, [Mistake("", 0, lambda: expected)]) is not None
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_matches_gpt2_attention(step, name):
     """CausalSelfAttention matches Hugging Face GPT2Attention under the causal mask"""
@@ -212,9 +227,15 @@ def test_matches_gpt2_attention(step, name):
     state = to_max_state(reference)
     for seq in LENGTHS:
         x = hidden_states(2, seq, sizes["n_embd"], seed=seq)
+        got, expected = forward(mine, x), run_masked(reference, x)
+        if not _close(got, expected):
+            # forward runs split_heads, attend and merge_heads (TODO 2-4): a wrong one is named first. Else its
+            # mistake can read as forward's: attend's k·qᵀ gives the numbers of c_attn's output split as k, q, v.
+            _check_heads(step, _attention(step, SMALL)[0])  # the pieces' checks run on the small config
+            check_attend(step, 7, 0)
         assert_close(
-            forward(mine, x),
-            run_masked(reference, x),
+            got,
+            expected,
             f"attention output for {seq} tokens vs Hugging Face GPT2Attention ({name})",
             mistakes=attention_mistakes(x, state, sizes["n_head"]),
             step=step,

@@ -146,8 +146,11 @@ def _table(step) -> dict[int, str]:
 
 
 def _tokenizer(step, files):
-    """The learner's Tokenizer on these files, once its pieces return something and its merge
-    loop does not walk every merge (which would make the checks below take minutes)."""
+    """The learner's Tokenizer on these files, once its byte table is GPT-2's, its pieces return
+    something and its merge loop does not walk every merge (which would make the checks below
+    take minutes). The table comes first: every encode and decode reads it, and a wrong one
+    shows there as a KeyError in encode_piece or decode (TODO 3, 6), not as TODO 1's."""
+    test_bytes_to_unicode(step)
     merge_walk_check(step)
     cls = attribute(step, "Tokenizer")
     tok = call(cls.from_files, *files, what="Tokenizer.from_files(vocab.json, merges.txt)")

@@ -350,17 +350,23 @@ def _filter_first(step, row: np.ndarray, settings: dict, name: str) -> None:
         check_filter(step, row, name, **settings)
 
 
-def test_greedy_choices(step):
-    """temperature 0 and top-k 1 both pick the largest logit, as a Python int"""
+def picks_the_largest(step, settings: dict, name: str) -> None:
+    """next_token with ``settings`` (named ``name``), which leave only the likeliest token, picks the largest
+    logit on 40 rows, as a Python int; a wrong filter (TODO 1-3) is named before next_token (TODO 4)."""
     next_token = attribute(step, "next_token")
     rng = np.random.default_rng(0)
     for i, row in enumerate(_rows(40, seed=5)):
         best = int(np.argmax(row))
-        for settings in (dict(temperature=0.0), dict(temperature=1.0, top_k=1)):
-            got = _pick(step, row, rng, settings, name="top-k 1")
-            if got != best:
-                _filter_first(step, row, settings, "top-k 1")
-                fail(f"next_token({settings}) picked token {got} on row {i}, but the largest logit is token {best} — {todo_in(next_token)}")
+        got = _pick(step, row, rng, settings, name=name)
+        if got != best:
+            _filter_first(step, row, settings, name)
+            fail(f"next_token({settings}) picked token {got} on row {i}, but the largest logit is token {best} — {todo_in(next_token)}")
+
+
+def test_greedy_choices(step):
+    """temperature 0 and top-k 1 both pick the largest logit, as a Python int"""
+    for settings in (dict(temperature=0.0), dict(temperature=1.0, top_k=1)):
+        picks_the_largest(step, settings, "top-k 1")
 
 
 def test_draws_with_the_rng_it_is_given(step):
@@ -530,11 +536,13 @@ def _generate(step, *args, **kwargs) -> list[int]:
 def test_stops_at_max_new_tokens_and_at_end_of_text(step):
     """the loop yields max_new_tokens tokens, or stops right after <|endoftext|>"""
     got = _generate(step, stand_in, [3, 1, 4], 9, eos_id=EOS)
-    if len(got) != 9:
-        fail(f"generate(…, max_new_tokens=9) yielded {len(got)} tokens — {todo_in(step.generate)}")
     greedy = [int(np.argmax(stand_in([3, 1, 4])))]
     for _ in range(8):
         greedy.append(int(np.argmax(stand_in([3, 1, 4, *greedy]))))
+    if got and got != greedy:  # the tokens are next_token's choices (TODO 4): a wrong one is named first
+        picks_the_largest(step, dict(temperature=0.0), "greedy")
+    if len(got) != 9:
+        fail(f"generate(…, max_new_tokens=9) yielded {len(got)} tokens — {todo_in(step.generate)}")
     if got != greedy:
         if got == greedy[:1] * 9:
             fail(f"greedy generate gave {got}: the same token every time, because each step scores the prompt "
@@ -611,6 +619,9 @@ def test_every_sampling_setting_reaches_next_token(step, setting):
     greedy = _generate(step, stand_in, [3, 1, 4], 12, eos_id=EOS, temperature=0.0)
     if got != greedy:
         (name, value), = setting.items()
+        # Both runs are next_token's choices, through filter_logits (TODO 1-4): a wrong one is named first.
+        picks_the_largest(step, dict(temperature=0.0), "greedy")
+        picks_the_largest(step, settings, f"{name}={value}")
         fail(f"generate(…, {name}={value}, seed=11) gave {got[:8]}…, but {name}={value} leaves only the likeliest "
              f"token to draw, so the tokens should be greedy's, {greedy[:8]}…: pass temperature, top_k and top_p on "
              f"to next_token — {todo_in(step.generate)}")
@@ -683,6 +694,7 @@ def compiled_next_logits(step, reference):
 def test_greedy_matches_hugging_face_generate(step, record_property):
     """greedy generation with the compiled model is token-identical to GPT2LMHeadModel.generate"""
     _generate(step, stand_in, [1, 2], 1)  # an unfinished loop fails here, before minutes of compiling
+    picks_the_largest(step, dict(temperature=0.0), "greedy")  # and a wrong greedy pick (TODO 4), named as such
     reference = generation_model()
     next_logits = compiled_next_logits(step, reference)
     notes, distinct = [], set()

@@ -186,7 +186,10 @@ def check_attention(step, past_len: int) -> None:
     got = run_with_cache(step, attention, x, past_len, "CachedSelfAttention")
     wrong = [Mistake("the new keys and values come before the cached ones; the mask expects the past first: "
                      "concat([past_k, k])", 2, lambda: cached_attention(state, x, past_len, new_first=True))]
-    assert_close(got, run_masked(reference, x),
+    expected = run_masked(reference, x)
+    if not _close(got, expected) and matching_mistake(got, wrong) is None:
+        test_mask_with_a_cache(step)  # the attention adds its mask (TODO 1): a wrong one is named first
+    assert_close(got, expected,
                  f"cached attention ({past_len} cached, then {7 - past_len} new) vs GPT2Attention over all 7",
                  mistakes=wrong, step=step)
 
@@ -331,6 +334,18 @@ def check_model_eagerly(step, reference) -> None:
 def test_cached_model_eagerly(step):
     """the cached model, run eagerly, gives Hugging Face's logits for a prefill and a decoded token"""
     check_model_eagerly(step, generation_model())
+
+
+def test_cached_model_of_one_layer_eagerly(step):
+    """a cached model of one block, run eagerly, gives Hugging Face's logits too: layer 0's cache is the only one"""
+    check_model_eagerly(step, generation_model())  # the model of two layers first, with its named ✗
+    reference = generation_model(n_layer=1)
+    config = solution(1).GPT2Config.from_hf(reference.config)
+    model = build(attribute(step, "CachedGPT2LMHeadModel"), config)
+    load_weights(model, to_max_state(reference))
+    got = eager_logits(model, EAGER_IDS, 1, config.n_head, config.n_embd // config.n_head, config.vocab_size)
+    compare_logits(step, got, reference, EAGER_IDS, 3, "eager logits with the cache of a one-layer model (a prefill "
+                   "of 3 tokens, then 1) vs GPT2LMHeadModel over all 4")
 
 
 # --- the compiled model ------------------------------------------------------------------------------

@@ -40,8 +40,10 @@ Tests import a solution as a top-level module (``step_13_generation``, with ``so
 in ``src/``, whose prefix mutmut drops, with ``solutions`` a link to it.
 
 The summary (``book/src/mutation-summary.txt``, shown in the instructors' appendix)
-names each target with the sha256 of the code it was measured on;
-``tests/test_mutation.py`` fails when the code has changed since.
+names each target with the sha256 of the code it was measured on. ``--status`` says, for each
+target, its verdict, the commit whose summary recorded it, and whether the code has changed
+since; ``tests/test_mutation.py`` reports a changed target as a warning (so that an edit to a
+solution leaves the suite green), and fails on it with ``COURSE_STRICT_MUTATION=1``.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.authoring.mutation_targets import EQUIVALENT, TARGETS
+from course.authoring.mutation_targets import EQUIVALENT, TARGETS, UNTESTED
 from course.outline import ROOT, SOLUTIONS
 
 #: Where the copies live (ignored by git).
@@ -96,7 +98,10 @@ torch.set_num_threads(1)
 #: mutmut's verdicts, grouped as the summary counts them.
 COLUMNS = ("mutants", "killed", "equivalent", "survived", "timed out", "no tests", "other")
 #: The verdicts that need nothing more: a test failed (or hung, which a check reports too), or a reason is given.
-SETTLED = ("killed", "timeout", "equivalent")
+SETTLED = ("killed", "timeout", "equivalent", "untested")
+#: The mutants only a GPU machine could see (mutation_targets.UNTESTED): not run here, counted under "other", and
+#: listed last, each with the check that would kill it.
+UNRUN = ("equivalent", "untested")
 
 
 @dataclass
@@ -378,6 +383,8 @@ def list_mutants(target: str, work: Path) -> list[Mutant]:
                 mutant.status, mutant.reason = "equivalent", WORDING
             elif (target, mutant.function, before, after) in EQUIVALENT:
                 mutant.status, mutant.reason = "equivalent", EQUIVALENT[target, mutant.function, before, after]
+            elif (target, mutant.function, before, after) in UNTESTED:
+                mutant.status, mutant.reason = "untested", UNTESTED[target, mutant.function, before, after][0]
             found.append(mutant)
     return found
 
@@ -392,7 +399,7 @@ def run(target: str, children: int, last: bool = False) -> Result:
     else:
         prepare(target, work)
     result = Result(target, digest(target), list_mutants(target, work))
-    names = [mutant.name for mutant in result.mutants if mutant.status != "equivalent"]
+    names = [mutant.name for mutant in result.mutants if mutant.status not in UNRUN]
     if last:
         _read_verdicts(target, work, result)
         timed = work / "run-seconds.txt"  # written when a run ends
@@ -419,7 +426,7 @@ def _read_verdicts(target: str, work: Path, result: Result) -> None:
 
     meta = json.loads((work / "mutants" / f"{_in_copy(target)}.meta").read_text(encoding="utf-8"))
     for mutant in result.mutants:
-        if mutant.status != "equivalent":
+        if mutant.status not in UNRUN:
             code = meta["exit_code_by_key"].get(mutant.name)
             status = status_by_exit_code[code]
             # the mutant crashed the tests' process (MAX segfaults on ids or a cache of the wrong shape, llama.cpp
@@ -437,6 +444,7 @@ def _minutes(seconds: float) -> str:
 
 #: The summary's section headings, after its table.
 EQUIVALENT_HEADING, LEFT_HEADING = "Equivalent, with the reason:", "Not killed, not explained:"
+UNTESTED_HEADING = "Untested here, as only a GPU machine could see them, each with the check that would kill it there:"
 
 
 def summary(results: list[Result], children: int, kept: dict[str, list[list[str]]] | None = None,
@@ -474,12 +482,15 @@ def summary(results: list[Result], children: int, kept: dict[str, list[list[str]
     order = [target for target in TARGETS if target in rows]
     lines = [f"python -m course.authoring.mutation --write: {tool}, {children} workers on "
              f"{os.cpu_count()} cores; each target as its last run found it, with that run's time and date (\"other\" "
-             "counts the mutants a stopped run never ran)", "",
+             "counts the mutants a stopped run never ran, and those only a GPU machine could see, listed last)", "",
              f"{'file'.ljust(width)}  sha256        " + "  ".join(COLUMNS) + "      run time  date"]
     lines += [row for target in order for row in rows[target]]
     lines += ["", EQUIVALENT_HEADING, *(line for target in order for line in equivalent[target])]
     unexplained = [line for target in order for line in left[target]]
     lines += ["", LEFT_HEADING if unexplained else f"{LEFT_HEADING} none", *unexplained]
+    lines += ["", UNTESTED_HEADING, *(f"  {target} {function}: `{before}` -> `{after}`: {reason}; {check}"
+                                      for target in order for (file, function, before, after), (reason, check)
+                                      in UNTESTED.items() if file == target)]
     return "\n".join(lines) + "\n"
 
 
@@ -490,6 +501,7 @@ def _todo_row(width: int, counts: list) -> str:
 
 def kept_lines(text: str, targets: list[str]) -> dict[str, list[list[str]]]:
     """From a summary's text, each of ``targets``' lines: its table rows, its equivalents, its survivors."""
+    text = text.partition(f"\n{UNTESTED_HEADING}")[0]  # made anew from mutation_targets each time
     table, _, rest = text.partition(f"\n{EQUIVALENT_HEADING}\n")
     equivalent, _, left = rest.partition(f"\n{LEFT_HEADING}")
     table_lines = table.splitlines()
@@ -522,6 +534,61 @@ def recorded() -> dict[str, str]:
     return found
 
 
+@dataclass
+class Status:
+    target: str
+    verdict: str  # "0 survivors of 580 (34 equivalent)", or "never measured"
+    commit: str  # the commit whose summary recorded this verdict, with its date, or why there is none
+    changed: bool  # whether the code differs from the code measured (True where it was never measured)
+
+
+def measured_at(found_digest: str) -> str:
+    """The commit that first recorded ``found_digest`` in the summary, as ``abc1234 (2026-11-27)``; or why none is
+    known: the line is not committed yet, or there is no git history."""
+    try:
+        log = subprocess.run(["git", "log", "--reverse", "--format=%h (%cs)", "-S", found_digest, "--",
+                              str(SUMMARY.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "(no git history)"
+    if log.returncode != 0:
+        return "(no git history)"
+    return log.stdout.splitlines()[0] if log.stdout.strip() else "(not committed yet)"
+
+
+def status() -> list[Status]:
+    """Each target's verdict as the summary records it, the commit it was measured at, and whether its code has
+    changed since: what ``--status`` prints and what tests/test_mutation.py reports."""
+    rows = {}
+    if SUMMARY.is_file():
+        for line in SUMMARY.read_text(encoding="utf-8").splitlines():
+            parts = line.split()
+            if len(parts) >= 2 + len(COLUMNS) and parts[0] in TARGETS and len(parts[1]) == 12 and parts[0] not in rows:
+                rows[parts[0]] = dict(zip(("digest", *COLUMNS), parts[1:]))
+    found = []
+    for target in TARGETS:
+        row = rows.get(target)
+        if row is None:
+            found.append(Status(target, "never measured", "(none)", True))
+            continue
+        left = int(row["survived"]) + int(row["no tests"]) + int(row["other"])
+        verdict = (f"{left} survivor{'s' * (left != 1)} of {row['mutants']} ({row['equivalent']} equivalent, "
+                   f"{row['timed out']} timed out)")
+        found.append(Status(target, verdict, measured_at(row["digest"]), row["digest"] != digest(target)))
+    return found
+
+
+def status_table(statuses: list[Status]) -> str:
+    """``--status``'s table: a line a target, the changed ones marked."""
+    width = max(len(s.target) for s in statuses)
+    lines = [f"{'file'.ljust(width)}  {'changed since':13}  {'measured at':24}  verdict"]
+    lines += [f"{s.target.ljust(width)}  {('yes' if s.changed else 'no'):13}  {s.commit:24}  {s.verdict}"
+              for s in statuses]
+    stale = sum(s.changed for s in statuses)
+    lines.append(f"{stale} of {len(statuses)} targets changed since their mutation run"
+                 + (": rerun them with `python -m course.authoring.mutation FILE ... --write`" if stale else ""))
+    return "\n".join(lines) + "\n"
+
+
 def missing_tools() -> str | None:
     """What the tool needs and is not installed (mutmut, and libcst, with which mutmut reads the code), said with
     how to install it; None when both are there."""
@@ -541,7 +608,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--children", type=int, default=os.cpu_count() or 2, help="mutants run at once")
     parser.add_argument("--last", action="store_true",
                         help="run nothing: report (and with --write, record) the verdicts of the last run in .mutation/")
+    parser.add_argument("--status", action="store_true",
+                        help="run nothing: each target's recorded verdict, the commit it was measured at, and whether "
+                             "its code has changed since (no mutmut needed)")
     args = parser.parse_args(argv)
+    if args.status:
+        statuses = status()
+        print(status_table(statuses), end="")
+        return 0
     if problem := missing_tools():
         parser.error(problem)
     unknown = [target for target in args.targets if target not in TARGETS]
