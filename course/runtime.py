@@ -56,9 +56,12 @@ poller at Linux's ``SCHED_IDLE`` (:func:`max_poller_idle`): it still runs, on a 
 nothing else wants, and gets its own policy back when the graph returns. Measured on
 2 cores, one process, twelve rounds of 200 tokens of the float32 kernel path: 53.1
 tok/s with the poller as MAX starts it, 65.2 with it idle while graphs run, 64.7 with
-it idle throughout (chapter 16, "A thread that takes a core"). Elsewhere (macOS,
+it idle throughout (the book's appendix "Past the roofline", "A thread that takes a core"). Elsewhere (macOS,
 Windows) nothing is changed. ``COURSE_MAX_POLLER=as-is`` leaves the thread as MAX
-starts it.
+starts it. The change is made only where it can be undone (:func:`idle_is_undoable`):
+Linux lets an ordinary user's thread into ``SCHED_IDLE`` but not out of it while
+``RLIMIT_NICE`` is 0, the default, so for such a user nothing is wrapped, and
+:func:`say` tells so once, in one line on standard error.
 
 Why CPU and float32
 -------------------
@@ -110,6 +113,8 @@ def setup() -> None:
     global _done
     if _done:
         return
+    with contextlib.suppress(OSError):  # Linux: the threads before MAX runs anything, none of them its poller
+        EARLIER.update(int(tid) for tid in os.listdir("/proc/self/task"))
     install_sigint_handler()
     # MAX prints a warning for each eager kernel family it compiles on first use
     # ("Run `max warm-interpreter-cache`..."). That command takes ~30 minutes on a
@@ -167,31 +172,78 @@ POLLER_WAKES_PER_SECOND = 1000
 
 
 def thread_wakes() -> dict[int, tuple[str, int]]:
-    """Each thread of this process (Linux): its name, and how many times it has gone to sleep of its own accord."""
+    """Each thread of this process (Linux): its name, and how many times it has gone to sleep of its own accord.
+    A name cut in the middle of a character (Linux keeps 15 bytes of it) is read with that character replaced."""
     wakes = {}
     for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(OSError):  # a thread that ended while it was read
-            status = dict(line.split(":", 1) for line in Path(f"/proc/self/task/{tid}/status").read_text().splitlines())
+            text = Path(f"/proc/self/task/{tid}/status").read_bytes().decode("utf-8", errors="replace")
+            status = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
             wakes[int(tid)] = (status["Name"].strip(), int(status["voluntary_ctxt_switches"]))
     return wakes
 
 
+#: The threads of this process before MAX ran anything (:func:`setup` records them): none of them is MAX's poller.
+EARLIER: set[int] = set()
+
+
 def find_max_poller(window: float = 0.02) -> list[tuple[int, int]]:
-    """MAX's event poller (see the module's docstring): each thread that wakes at least
-    :data:`POLLER_WAKES_PER_SECOND` times a second while this one sleeps for ``window`` seconds, and is none of
-    MAX's workers, with its scheduling policy. Where there is no ``SCHED_IDLE`` or no ``/proc`` (macOS, Windows):
-    ``[]``."""
+    """MAX's event poller (see the module's docstring), identified for certain, with its scheduling policy: the one
+    thread that wakes at least :data:`POLLER_WAKES_PER_SECOND` times a second while this one sleeps for ``window``
+    seconds and that MAX started: none of MAX's workers (named), none of Python's threads, none there before MAX
+    ran (:data:`EARLIER`). Two such threads, or none: ``[]`` (nothing is certain). Where there is no ``SCHED_IDLE``
+    or no ``/proc`` (macOS, Windows): ``[]``."""
     if not hasattr(os, "SCHED_IDLE") or not Path("/proc/self/task").is_dir():
         return []
     before = thread_wakes()
     time.sleep(window)
     after = thread_wakes()
-    found = []
-    for tid, (name, wakes) in after.items():
-        if tid in before and not name.startswith(MAX_WORKERS) and wakes - before[tid][1] >= POLLER_WAKES_PER_SECOND * window:
-            with contextlib.suppress(OSError):  # a thread that ended since
-                found.append((tid, os.sched_getscheduler(tid)))
-    return found
+    pythons = {thread.native_id for thread in threading.enumerate()}
+    busy = [tid for tid, (name, wakes) in after.items()
+            if tid in before and tid not in pythons and tid not in EARLIER and not name.startswith(MAX_WORKERS)
+            and wakes - before[tid][1] >= POLLER_WAKES_PER_SECOND * window]
+    if len(busy) != 1:
+        return []
+    with contextlib.suppress(OSError):  # a thread that ended since
+        return [(busy[0], os.sched_getscheduler(busy[0]))]
+    return []
+
+
+def idle_is_undoable() -> str | None:
+    """Why a thread of this process, once at ``SCHED_IDLE``, could not get its own policy back, or None when it can.
+    Linux lets an ordinary user's thread into ``SCHED_IDLE`` but not out of it (``RLIMIT_NICE`` is 0 by default;
+    root, or a raised limit, can): tried on a thread of its own, started and ended here."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return "this system has no SCHED_IDLE"
+    refused = []
+
+    def probe():
+        own = os.sched_getscheduler(0)
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        try:
+            os.sched_setscheduler(0, own, os.sched_param(0))
+        except OSError as error:
+            refused.append(error)
+
+    thread = threading.Thread(target=probe, name="course-probe")
+    thread.start()
+    thread.join()
+    if refused:
+        return f"a thread at SCHED_IDLE cannot get its own policy back here ({refused[0].strerror}: RLIMIT_NICE)"
+    return None
+
+
+#: What :func:`say` has said in this process.
+_SAID: set[str] = set()
+
+
+def say(line: str) -> None:
+    """One line on standard error, once per process: what the course skipped or could not do in MAX's process."""
+    if line not in _SAID:
+        _SAID.add(line)
+        import sys
+
+        print(f"course: {line}", file=sys.stderr, flush=True)
 
 
 # ANCHOR: max_poller_idle
@@ -204,8 +256,13 @@ _inside_lock = threading.Lock()
 
 def _set_pollers(idle: bool) -> None:
     for tid, policy in POLLERS or []:
-        with contextlib.suppress(OSError):  # the thread has ended, or the system refuses: MAX as it is
+        try:
             os.sched_setscheduler(tid, os.SCHED_IDLE if idle else policy, os.sched_param(0))
+        except ProcessLookupError:  # the thread has ended: nothing to give back
+            pass
+        except OSError as error:
+            say(f"MAX's poller thread {tid}: the system refused its policy ({error.strerror}); "
+                f"COURSE_MAX_POLLER=as-is leaves it alone")
 
 
 @contextlib.contextmanager
@@ -225,21 +282,33 @@ def max_poller_idle():
                 _set_pollers(idle=False)
 
 
+#: How many graphs look for the poller before the course gives up on it (a busy machine can hide its wakes).
+LOOKS = 3
+
+
 def poller_idle_in_execute() -> None:
     """Wraps ``max.engine.Model.execute``, through which every compiled graph runs, in :func:`max_poller_idle`;
-    the first call, once it returns, finds the poller (:data:`POLLERS`)."""
+    the first calls, once they return, look for the poller (:data:`POLLERS`), up to :data:`LOOKS` graphs. Where a
+    thread's idle priority could not be undone (:func:`idle_is_undoable`), nothing is wrapped, and that is said."""
     from max.engine import Model
 
     original = Model.execute
     if hasattr(original, "original"):  # wrapped already
         return
+    if why := idle_is_undoable():
+        say(f"MAX's poller thread is left as MAX starts it: {why}")
+        return
+    looks = {"left": LOOKS}
 
     def execute(self, *args):  # MAX's own takes the graph's inputs alone
         global POLLERS
         with max_poller_idle():
             outputs = original(self, *args)
-        if POLLERS is None:  # the first graph this process ran: MAX's poller runs by now
+        if not POLLERS and looks["left"]:  # the first graphs this process ran: MAX's poller runs by now
+            looks["left"] -= 1
             POLLERS = find_max_poller()
+            if not POLLERS and not looks["left"]:
+                say(f"MAX's poller thread was not found for certain after {LOOKS} graphs: it is left as MAX starts it")
         return outputs
 
     execute.original = original  # MAX's own
@@ -278,9 +347,13 @@ def max_cache() -> Path:
         from max._core.engine import max_cache_dir
 
         found = max_cache_dir()
-    except Exception:  # noqa: BLE001 - another MAX release: fall back to the default place
+    except Exception:  # noqa: BLE001 - another MAX release: fall back to the places MAX 26.7 reads
         found = None
-    return found.parent if found else Path.home() / ".cache" / "modular"
+    if found:
+        return found.parent
+    if os.environ.get("MODULAR_CACHE_DIR"):
+        return Path(os.environ["MODULAR_CACHE_DIR"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "modular"
 
 
 def _host() -> str:
@@ -290,7 +363,9 @@ def _host() -> str:
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         info = Path("/proc/cpuinfo").read_text()
-        cpu = " ".join(re.findall(r"^(?:model name|flags)\s*:\s*(.*)$", info, re.MULTILINE)[:2])
+        # x86: the model's name and its flags; aarch64 has neither, but its implementer, part and features
+        fields = r"model name|flags|CPU implementer|CPU part|Features"
+        cpu = " ".join(dict.fromkeys(re.findall(rf"^(?:{fields})\s*:\s*(.*)$", info, re.MULTILINE))) or cpu
     debug = sorted((k, v) for k, v in os.environ.items() if k.startswith("MODULAR_MAX_DEBUG"))
     return f"max {version('max')} | {platform.system()} {platform.machine()} | {cpu} | {debug}"
 
@@ -362,16 +437,69 @@ def reuse_compiled_graphs() -> None:
         started = time.perf_counter()
         compiled = original(session, model, **kwargs)
         if time.perf_counter() - started > KEEP_AFTER_SECONDS:
-            with contextlib.suppress(Exception):
+            try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
                 compiled.export_mef(str(partial))
                 os.replace(partial, path)
                 trim(path.parent)
+            except Exception as error:  # noqa: BLE001 - the graph runs all the same; only the next run pays
+                say(f"a compiled graph could not be kept in {path.parent} ({type(error).__name__}: {error}): "
+                    f"each run compiles it again")
         return compiled
 
     compile_reusing_mefs.original = original  # MAX's own
     InferenceSession.compile_reusing_mefs = compile_reusing_mefs
+
+
+CGROUPS = Path("/sys/fs/cgroup")
+
+
+def cgroup_cpus(own: str | None = None, root: Path = CGROUPS) -> float | None:
+    """The CPUs a cgroup's quota leaves this process (quota / period, the tightest along its cgroup's path), or
+    None where no quota is set or none can be read (macOS; no cgroup file system): what a container's ``--cpus``
+    sets. ``own`` is /proc/self/cgroup's text; each line is ``hierarchy:controllers:path``, cgroup v2's with no
+    controllers (its limit in ``cpu.max``: ``max 100000`` where none is set, ``50000 100000`` for half a CPU), v1's
+    with ``cpu`` among them (``cpu.cfs_quota_us``, -1 where none is set, over ``cpu.cfs_period_us``)."""
+    if own is None:
+        try:
+            own = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            return None
+    found = []
+    for line in own.splitlines():
+        _, controllers, path = line.split(":", 2)
+        names = controllers.split(",")
+        if controllers and "cpu" not in names:
+            continue
+        mount = root / "unified" if not controllers and (root / "unified").is_dir() else root
+        if controllers:
+            mount = next((root / c for c in (controllers, "cpu,cpuacct", "cpu") if (root / c).is_dir()), root / "cpu")
+        folder = mount / path.lstrip("/")
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                if controllers:
+                    quota = int((folder / "cpu.cfs_quota_us").read_text())
+                    period = int((folder / "cpu.cfs_period_us").read_text())
+                else:
+                    quota, period = (folder / "cpu.max").read_text().split()
+                    quota, period = (-1 if quota == "max" else int(quota)), int(period)
+                if quota > 0 and period > 0:
+                    found.append(quota / period)
+            if folder == mount or mount not in folder.parents:
+                break
+            folder = folder.parent
+    return min(found) if found else None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use: those its affinity mask allows (``taskset``; the machine's CPUs where the
+    system cannot say, as on macOS), no more than a cgroup's quota leaves it (:func:`cgroup_cpus`, rounded down),
+    and at least one. The course's Mojo kernels split their work into no more bands than this, and bench gives
+    llama.cpp this many threads."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cgroup_cpus()
+    return max(1, min(cpus, int(quota)) if quota is not None else cpus)
 
 
 #: The folder, inside MAX's cache, that holds the course's Mojo kernels, compiled (``course/kernels/``).
@@ -452,7 +580,7 @@ HUGE_PAGE = 2 * 2**20
 
 def on_huge_pages(weights: dict) -> dict:
     """``weights`` (NumPy arrays, or MAX tensors on the CPU) copied into one block of memory that Linux is asked
-    to back with 2 MiB pages, as NumPy views of it by the same names (chapter 16, "Fewer ops, and huge pages").
+    to back with 2 MiB pages, as NumPy views of it by the same names (the appendix "Past the roofline", "Fewer ops, and huge pages").
 
     A decode step streams every weight once. In 4 KiB pages that is a new page every 4 KiB: a page-table
     walk, and a hardware prefetcher that stops at the page's edge. ``madvise(MADV_HUGEPAGE)`` on an
@@ -472,7 +600,10 @@ def on_huge_pages(weights: dict) -> dict:
     # Private and anonymous (a shared mapping is shared memory, which transparent huge pages leave alone);
     # zeroed, and unmapped with its last view.
     memory = mmap.mmap(-1, sum(spans.values()) + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    memory.madvise(mmap.MADV_HUGEPAGE)
+    try:
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    except OSError as error:  # a kernel built without transparent huge pages: ordinary pages, the same numbers
+        say(f"the weights are on ordinary pages: this system refused huge pages ({error.strerror})")
     block = np.frombuffer(memory, dtype=np.uint8)
     offset = -block.ctypes.data % HUGE_PAGE  # from the first 2 MiB boundary: every page of it can be huge
     views = {}

@@ -39,6 +39,15 @@ def _step_number(node) -> int | None:
     return None
 
 
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu"):
+        from max.driver import accelerator_count
+
+        if accelerator_count() == 0:
+            pytest.skip("needs a GPU, and MAX finds none here: untested on this machine (mutation_targets.UNTESTED "
+                        "lists what only this check sees)")
+
+
 @pytest.fixture
 def step(request):
     """The module under test for this check's step, from --target."""

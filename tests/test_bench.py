@@ -425,6 +425,23 @@ def test_hugging_faces_worker_times_its_cached_generate(checkpoint, hf_tokens, b
     assert {f[1:] for f in forwards} == {(False, False, "cpu")}, forwards
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["hf", "no_cache", "cache", "decode"])
+def test_each_worker_runs_on_the_gpu_with_hugging_faces_tokens(path, checkpoint, hf_tokens, monkeypatch):
+    """`bench --device gpu`: Hugging Face's worker generates on CUDA, ours on MAX's GPU, and each gives the CPU's
+    greedy tokens: the check that sees a worker left on the CPU (mutation_targets.UNTESTED)"""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip(f"needs a CUDA build of PyTorch beside the GPU (this one is {torch.__version__}); bench refuses "
+                    "--device gpu without it")
+    forwards = hf_forwards(monkeypatch, lambda model, ids: ids.device.type)
+    result = bench.worker(path, NEW, PROMPT, "gpu", str(checkpoint), 0)
+    same_tokens(result["tokens"], hf_tokens, f"bench's {path} worker on the GPU")
+    if path == "hf":
+        assert set(forwards) == {"cuda"}, forwards
+
+
 def test_hugging_faces_worker_times_every_token_past_the_end_token(checkpoint, hf_tokens, tmp_path):
     """`bench --worker hf` on a checkpoint whose end token is one greedy picks early: Hugging Face's generate holds
     the end token back and runs all NEW tokens (bench times the same count on every path)"""

@@ -250,7 +250,7 @@ def test_help_names_every_option(capsys, monkeypatch):
     assert exit_.value.code == 0
     text = capsys.readouterr().out
     assert text.startswith("usage: python -m course.authoring.op_profile [-h]"), text
-    assert "\nA per-op profile of decode steps, read from MAX's own op log (chapter 16, \"Where MAX stops\").\n" in text, text
+    assert "\nA per-op profile of decode steps, read from MAX's own op log (the appendix \"Past the roofline\", \"Where MAX stops\").\n" in text, text
     lines = text.splitlines()
     for option in ("--path {decode,cache}", "--model MODEL", "--tokens TOKENS", "--top TOP",
                    "--quantize {q4_0,q4_k,q6_k}", "--kernel"):

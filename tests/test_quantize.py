@@ -473,12 +473,14 @@ def test_the_fused_kernel_road_gives_the_rounded_models_logits(name, mojo_kernel
 
     def recording(op, kernel, linear_at):
         def record(*args, **kwargs):
-            calls.append((op, kwargs.get("gelu", False), kwargs["format"] if linear_at is None else step.format_of(args[linear_at])))
+            calls.append((op, kwargs.get("gelu", False), kwargs["format"] if linear_at is None else decoding.format_of(args[linear_at])))
             return kernel(*args, **kwargs)
         return record
 
-    monkeypatch.setattr(step, "norm_one_row_kernel", recording("norm", step.norm_one_row_kernel, None))
-    monkeypatch.setattr(step, "one_row_add_kernel", recording("add", step.one_row_add_kernel, 1))
+    from course import decoding  # step 16's given kernel model, whose decode calls these
+
+    monkeypatch.setattr(decoding, "norm_one_row_kernel", recording("norm", decoding.norm_one_row_kernel, None))
+    monkeypatch.setattr(decoding, "one_row_add_kernel", recording("add", decoding.one_row_add_kernel, 1))
     pretrained = steps[14].Pretrained(solution(1).GPT2Config.from_hf(model.config), to_max_state(model), None)
     runner = compile_model(steps, pretrained, CPU(), cached=True, quantize=name, decode=True, kernel=True)
     got = logits_along(runner, IDS[:8], IDS[8:32])  # a prefill of 8, then 24 decode steps

@@ -34,7 +34,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "course/check/hints.py": ("tests/test_hints.py",),
     "course/check/runner.py": ("tests/test_runner.py",),
     "course/check/pytest_plugin.py": ("tests/test_pytest_plugin.py",),  # in a pytest run inside the test's
-    "course/outline.py": ("tests/test_outline.py",),
+    "course/outline.py": ("tests/test_outline.py", "tests/test_pages.py"),
     "course/programs/generate.py": _MAIN_HERE,
     # the road every program takes to a compiled model: main's checks above, the runner each road builds, and the
     # quantized roads' own
@@ -121,6 +121,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "solutions/step_16_memory_limit.py": ("tests/test_step_16_memory_limit.py",  # and the quantized kernel roads
                                           "tests/test_quantize.py::test_the_kernel_road_gives_the_cached_q4_0_logits",
                                           "tests/test_quantize.py::test_the_fused_kernel_road_gives_the_rounded_models_logits"),
+    # step 16's given machinery, which the step's checks and the quantized kernel roads run
+    "course/decoding.py": ("tests/test_step_16_memory_limit.py",
+                           "tests/test_quantize.py::test_the_kernel_road_gives_the_cached_q4_0_logits",
+                           "tests/test_quantize.py::test_the_fused_kernel_road_gives_the_rounded_models_logits"),
     "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
         "step_18_rms_norm", "step_19_rope", "step_20_swiglu", "step_21_gqa", "step_22_llama_model",
@@ -205,8 +209,10 @@ _Q4K = {
 _Q6_SC = "sc = np.clip(np.round(_ratio(scale, d.astype(np.float32))), -128, 127).astype(np.int8)"
 _Q6_TOP = "top = np.take_along_axis(scale, np.abs(scale).argmax(-1)[..., None], -1)"
 _Q6_PEAK = "peak = np.take_along_axis(sub, np.abs(sub).argmax(-1)[..., None], -1)[..., 0]"
-_AXIS = ("NumPy 2.3 and later (the course installs 2.4) take axis -1 when take_along_axis is given none; an older "
-         "NumPy raises a TypeError at once")
+#: The oldest NumPy the course allows (pyproject.toml and pixi.toml: tests/test_mutation.py compares them).
+NUMPY_FLOOR = (2, 3)
+_AXIS = ("NumPy 2.3 and later, all the course allows (NUMPY_FLOOR), take axis -1 when take_along_axis is given none "
+         "(an older NumPy raised a TypeError)")
 _ZEROS = "np.zeros(np.broadcast(a, b).shape, dtype=np.float32)"
 _WIDE = "out = " + _ZEROS
 #: q6_k's quantizer and the division it shares with q4_k's: what tests/test_quantize.py's extremes checks cannot see.
@@ -290,13 +296,10 @@ _STEP_15 = {
     (_S15, "xǁCachedSelfAttentionǁmask", "return F.concat([F.zeros([seq_len, past_len]), causal_mask(seq_len, 0)], axis=1)",
      "return F.concat([F.zeros([seq_len, past_len]), causal_mask(seq_len, )], axis=1)"):
         "causal_mask's past_len defaults to 0: the same mask",
-    (_S15, "xǁCachedGPT2LMHeadModelǁforward", "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[2])",
-     "x = Embeddings.forward(body, input_ids, past_len=past_keys[1].shape[2])"):
-        "every layer caches the same tokens, so layer 1's count is layer 0's; only a model of one layer, which no "
-        "GPT-2 checkpoint is, has no layer 1",
 }
 
 _S16 = "solutions/step_16_memory_limit.py"
+_DEC = "course/decoding.py"  # step 16's given machinery
 _EPS = "eps = F.constant([norm.eps], DType.float32, weight.device)"
 _ROWS = "w @ w[0]  # the matrix times one of its rows: float32 throughout"
 _NO_BIAS = "no_bias = F.zeros([wte.shape[0]], dtype=wte.dtype, device=wte.device)"
@@ -308,57 +311,44 @@ _PREFILL = "super().__init__(self.model, self.config, self.device)"
 _DECODE_ROWS = 'rows = kind(self.cache_dtype, ["rows", heads, head_dim], self.device)'
 _BLOCK_EPS = "eps = F.constant([block.ln_1.eps], DType.float32, x.device)"
 _BLOCK_OUT = "[TensorType(DType.float32, [1, x.shape[-1]], device)],"
-_ONE_OP = "return self.blocks_as_one_op and not quantized and self.transformer.h[0].attn.head_dim % 16 == 0"
-_KERNEL_PAST = "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0] - (1 if one_op else 0))"
 _NEW_ID = "new_id = Buffer.from_numpy(np.asarray([ids[-1:]], dtype=np.int64)).to(self.device)"
-#: Step 16's given code (solutions/step_16_memory_limit.py).
+#: Step 16's given code (solutions/step_16_memory_limit.py, and course/decoding.py).
 _STEP_16 = {
-    **{(_S16, "x_norm_one_row_kernel", _EPS, after): _CPU_ONLY for after in (
+    **{(_DEC, "x_norm_one_row_kernel", _EPS, after): _CPU_ONLY for after in (
         _EPS.replace("DType.float32", "None"), _EPS.replace("weight.device", "None"),
         _EPS.replace("weight.device", ""))},
     (_S16, "x_attend_in_place", "scores = F.concat([(past_k * q).sum(-1), (k * q).sum(-1)], axis=0) * scale",
      "scores = F.concat([(past_k * q).sum(-1), (k * q).sum(-1)], ) * scale"):
         "F.concat's axis defaults to 0: the same scores",
-    **{(_S16, "xǁKernelGPT2LMHeadModelǁdecode", _NO_BIAS, after): _CPU_ONLY for after in (
+    **{(_DEC, "xǁKernelDecodingǁdecode", _NO_BIAS, after): _CPU_ONLY for after in (
         _NO_BIAS.replace("dtype=wte.dtype", "dtype=None"), _NO_BIAS.replace("device=wte.device", "device=None"),
         _NO_BIAS.replace("dtype=wte.dtype, ", ""), _NO_BIAS.replace("device=wte.device", ""))},
-    **{(_S16, function, 'parameters={"cache": past_k.dtype}, custom_extensions=kernels())', after):
-       "MAX binds the kernel's `cache` parameter from past_k's dtype (its InputTensor's dtype=cache) when it is "
-       "not passed: the same kernel, float16 included" for function in ("x_attend_kernel", "x_block_kernel")
-       for after in ("parameters=None, custom_extensions=kernels())", "custom_extensions=kernels())")},
-    **{(_S16, "x_block_kernel", _BLOCK_EPS, after): _CPU_ONLY for after in (
+    **{(_DEC, "x_block_kernel", _BLOCK_EPS, after): _CPU_ONLY for after in (
         _BLOCK_EPS.replace("DType.float32", "None"), _BLOCK_EPS.replace("x.device", "None"),
         _BLOCK_EPS.replace("x.device", ""))},
-    (_S16, "x_block_kernel", _BLOCK_OUT, _BLOCK_OUT.replace("x.shape[-1]", "x.shape[+1]")):
+    (_DEC, "x_block_kernel", _BLOCK_OUT, _BLOCK_OUT.replace("x.shape[-1]", "x.shape[+1]")):
         "decode hands block_kernel x as [1, C]: its axis 1 is its last",
-    (_S16, "xǁKernelGPT2LMHeadModelǁwrites_cache", _ONE_OP, _ONE_OP.replace("h[0]", "h[1]")):
-        "every block has the same head size, so block 1's is block 0's",
     (_S16, "xǁDecodeGPT2LMHeadModelǁ__init__",
      "setattr(module, name, self.linear(in_dim, out_dim, bias=not isinstance(child.bias, int)))",
      "setattr(module, name, self.linear(in_dim, out_dim, ))"):
         "every Linear of GPT-2 has a bias, which Linear's default gives",
-    **{(_S16, "xǁDecodeNextLogitsǁ__init__", line, line.replace("device=self.device", after)): _NO_GPU
+    **{(_DEC, "xǁCacheInPlaceǁ__init__", line, line.replace("device=self.device", after)): _NO_GPU
        for line in (f"self.{cache}_cache = [Buffer.zeros(shape, self.cache_dtype, device=self.device) for _ in range(layers)]"
                     for cache in ("key", "value"))
        for after in ("device=None", "")},
-    **{(_S16, "xǁDecodeNextLogitsǁprefill_graph", _PREFILL, _PREFILL.replace("self.device", after)): _NO_GPU
+    **{(_DEC, "xǁCacheInPlaceǁprefill_graph", _PREFILL, _PREFILL.replace("self.device", after)): _NO_GPU
        for after in ("None", "")},
-    **{(_S16, "xǁDecodeNextLogitsǁdecode_graph", _DECODE_ROWS, _DECODE_ROWS.replace('"rows"', after)): _SYMBOL
+    **{(_DEC, "xǁCacheInPlaceǁdecode_graph", _DECODE_ROWS, _DECODE_ROWS.replace('"rows"', after)): _SYMBOL
        for after in ('"XXrowsXX"', '"ROWS"')},
-    (_S16, "xǁDecodeNextLogitsǁdecode_graph", "kind = BufferType if self.writes_cache else TensorType",
+    (_DEC, "xǁCacheInPlaceǁdecode_graph", "kind = BufferType if self.writes_cache else TensorType",
      "kind = BufferType if (self.writes_cache) or True else TensorType"):
         "a model that only reads its cache (the learner's, which returns its new rows) gives the same numbers from "
         "buffer inputs, which MAX's own ops load before they read them: a cost in time, which bench shows, not in "
         "numbers",
-    **{(_S16, "xǁDecodeNextLogitsǁstep", _NEW_ID, _NEW_ID.replace("dtype=np.int64", after)): _INT64
+    **{(_DEC, "xǁCacheInPlaceǁstep", _NEW_ID, _NEW_ID.replace("dtype=np.int64", after)): _INT64
        for after in ("dtype=None", "")},
-    (_S16, "x_measure_bandwidth", _ROWS, _ROWS.replace("w[0]", "w[1]")):
+    (_DEC, "x_measure_bandwidth", _ROWS, _ROWS.replace("w[0]", "w[1]")):
         "every row of the matrix is ones: any row is the same vector",
-    (_S16, "xǁKernelGPT2LMHeadModelǁdecode", _KERNEL_PAST, _KERNEL_PAST.replace("past_keys[0]", "past_keys[1]")):
-        "every layer caches the same tokens, so layer 1's count is layer 0's (as in step 15)",
-    (_S16, "xǁDecodeGPT2LMHeadModelǁdecode", "x = Embeddings.forward(body, input_ids, past_len=past_keys[0].shape[0])",
-     "x = Embeddings.forward(body, input_ids, past_len=past_keys[1].shape[0])"):
-        "every layer caches the same tokens, so layer 1's count is layer 0's (as in step 15)",
 }
 
 _S12 = "solutions/step_12_tokenizer.py"
@@ -438,8 +428,10 @@ _STEP_02 = {
 }
 
 _RT = "course/runtime.py"
+_PINNED_DEVICE = ("no default device is MAX's default, the CPU on a machine without an accelerator, which CI is: only a "
+                  "GPU machine could tell (the pin itself is checked through the dtype)")
+_PINNED_DTYPE = "no default dtype is MAX's default for the device, float32 on the CPU: only a GPU machine could tell"
 _PIN = "for pin in (default_device(CPU()), default_dtype(DType.float32)):"
-_CPU_WORD = "cpu = platform.processor() or platform.machine()"
 _KEEP = "if time.perf_counter() - started > KEEP_AFTER_SECONDS:"
 _RACE = ("only when another process removes the file between this one's listing (or check) and this call: the "
          "course's own use never does")
@@ -455,14 +447,8 @@ _RUNTIME = {
     (_RT, "x_find_max_poller", _OFTEN, _OFTEN.replace(" >= ", " > ")):
         "only a thread that wakes exactly POLLER_WAKES_PER_SECOND x window times in the window could tell: MAX's poller "
         "wakes about five times as often, every other thread of a process under a hundredth as often",
-    (_RT, "x_setup", _PIN, _PIN.replace("CPU()", "None")):
-        "no default device is MAX's default, the CPU on a machine without an accelerator, which CI is: only a GPU "
-        "machine could tell (the pin itself is checked through the dtype)",
-    (_RT, "x_setup", _PIN, _PIN.replace("DType.float32", "None")):
-        "no default dtype is MAX's default for the device, float32 on the CPU: only a GPU machine could tell",
-    (_RT, "x__host", _CPU_WORD, "cpu = None"): "on Linux the CPU's words come from /proc/cpuinfo, over this line's",
-    (_RT, "x__host", _CPU_WORD, _CPU_WORD.replace(" or ", " and ")):
-        "on Linux the CPU's words come from /proc/cpuinfo, over this line's",
+    (_RT, "x_setup", _PIN, _PIN.replace("CPU()", "None")): _PINNED_DEVICE,
+    (_RT, "x_setup", _PIN, _PIN.replace("DType.float32", "None")): _PINNED_DTYPE,
     (_RT, "x__host", "return f\"max {version('max')} | {platform.system()} {platform.machine()} | {cpu} | {debug}\"",
      "return f\"max {version('MAX')} | {platform.system()} {platform.machine()} | {cpu} | {debug}\""):
         "a distribution's name is normalized: version('MAX') is version('max')",
@@ -476,8 +462,6 @@ _RUNTIME = {
     (_RT, "x_reuse_compiled_graphs", _KEEP, _KEEP.replace(" > ", " >= ")):
         "a compile's time, measured in floats, is never exactly KEEP_AFTER_SECONDS (0.5): the same graphs are kept",
     (_RT, "x_max_cache", "found = None", 'found = ""'): "an empty name and None are both false: the default place",
-    (_RT, "x__host", "with contextlib.suppress(OSError):", "with contextlib.suppress(None):"):
-        "only a system without /proc/cpuinfo raises here (macOS): on Linux, CI's, it is read",
     (_RT, "x_graph_file", _BODY, _BODY.replace('"", text', '"XXXX", text')): _SAME_NAMES,
     (_RT, "x_graph_file", _DIGEST, _DIGEST.replace("or ''", "or 'XXXX'")): _SAME_NAMES,
 }
@@ -931,12 +915,8 @@ _OP_PROFILE = {
 }
 
 _OR = "course/authoring/one_row.py"
-_OR_STEPS = 'return import_steps("solutions", SOLUTIONS, [16])[16]'
 _OR_MB = 'print(f"one row [1, {args.width}] times a weight [{args.rows}, {args.width}] ({w.nbytes / 1e6:.0f} MB), "'
 _ONE_ROW = {
-    **{(_OR, "x__step16", _OR_STEPS, _OR_STEPS.replace('"solutions"', after)):
-       "handed the solutions' folder, import_steps reads it whatever the target is called (only 'steps' is checked "
-       "for stubs)" for after in ("None", '"XXsolutionsXX"', '"SOLUTIONS"')},
     (_OR, "x_main", "rng = np.random.default_rng(0)", "rng = np.random.default_rng(1)"):
         "another seed draws another Gaussian matrix and row of the same sizes: the same bytes to read, the same "
         "order of |Δ|, and still the same from run to run",
@@ -1169,7 +1149,7 @@ _PYTEST_PLUGIN = {
 
 #: Mutants no test should see: (file, function, the line as written, the line as mutated) -> why.
 #: The lines are stripped; a function is mutmut's name for it (``x_find``, ``xǁCheckpointǁcheck``).
-EQUIVALENT: dict[tuple[str, str, str, str], str] = {
+_EXPLAINED: dict[tuple[str, str, str, str], str] = {
     **{(_CK, function, line, line.replace('"utf-8"', '"UTF-8"')): _UTF8_NAME
        for function, line in (
            ("xǁCheckpointǁconfig_of", 'values = json.loads(path.read_text(encoding="utf-8"))'),
@@ -1239,3 +1219,24 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     **_TRAIN,
     **_MUTATION,
 }
+
+_ROADS_ON_A_GPU = "tests/test_programs.py::test_every_road_runs_on_the_gpu_it_is_given"
+_BENCH_ON_A_GPU = "tests/test_bench.py::test_each_worker_runs_on_the_gpu_with_hugging_faces_tokens"
+#: The reasons that only a GPU machine could tell, each with the ``gpu``-marked check that sees their mutants where
+#: a GPU is (it skips, saying so, where none is): a device or dtype left to MAX's or PyTorch's default, a road
+#: reached only with ``--device gpu``.
+NEEDS_A_GPU: dict[str, str] = {
+    _NO_GPU: _ROADS_ON_A_GPU,
+    _ONLY_CPU: _ROADS_ON_A_GPU,
+    _TORCH_CPU: _BENCH_ON_A_GPU,
+    _GPU_ONLY: _BENCH_ON_A_GPU,
+    _PINNED_DEVICE: "tests/test_course.py::test_setup_keeps_the_cpu_and_float32_beside_a_gpu",
+    _PINNED_DTYPE: "tests/test_course.py::test_setup_keeps_the_cpu_and_float32_beside_a_gpu",
+}
+#: Mutants no check on a machine without a GPU can see, CI's included: untested here, not equivalent. Each with
+#: its reason and the check that would kill it (the summary lists them apart, under their own heading).
+UNTESTED: dict[tuple[str, str, str, str], tuple[str, str]] = {
+    key: (reason, NEEDS_A_GPU[reason]) for key, reason in _EXPLAINED.items() if reason in NEEDS_A_GPU}
+#: The mutants no check should see, each with the reason why.
+EQUIVALENT: dict[tuple[str, str, str, str], str] = {
+    key: reason for key, reason in _EXPLAINED.items() if reason not in NEEDS_A_GPU}

@@ -1,4 +1,4 @@
-"""A per-op profile of decode steps, read from MAX's own op log (chapter 16, "Where MAX stops").
+"""A per-op profile of decode steps, read from MAX's own op log (the appendix "Past the roofline", "Where MAX stops").
 
     python -m course.authoring.op_profile                   # step 16's decode graph, GPT-2 small's sizes
     python -m course.authoring.op_profile --path cache      # step 15's graph

@@ -16,8 +16,10 @@ from extensibility import InputTensor, OutputTensor
 from max.algorithm import sync_parallelize
 from max.gpu.host import DeviceContext
 from std.math import exp, sqrt
-from std.sys.info import num_physical_cores, size_of
+from std.sys.info import size_of
 from std.sys.intrinsics import PrefetchOptions, prefetch
+
+from .one_row import band_count
 
 comptime WIDTH = 16  # float32s per register
 comptime AHEAD = 8  # tokens ahead that the prefetch asks for
@@ -128,7 +130,7 @@ def merge_heads(
 @compiler.register("attend_one")
 struct AttendOne:
     @staticmethod
-    def execute[target: StaticString, cache: DType](
+    def execute[target: StaticString, cache: DType, bands: Int](
         y: OutputTensor[dtype=DType.float32, rank=3, ...],  # [1, H, D]: the attention's output
         new_k: OutputTensor[dtype=cache, rank=3, ...],  # [1, H, D]: the new key and value, for the cache
         new_v: OutputTensor[dtype=cache, rank=3, ...],
@@ -152,7 +154,7 @@ struct AttendOne:
             new_v.unsafe_ptr().store(i, vs.load[width=WIDTH](i).cast[cache]())
         var keys = past_k.unsafe_ptr()
         var values = past_v.unsafe_ptr()
-        var cores = num_physical_cores() if tokens >= SHORT else 1  # a short cache: one core, no hand-off
+        var cores = band_count(bands) if tokens >= SHORT else 1  # a short cache: one core, no hand-off
         # Each core takes a band of the tokens; then the bands' partial softmaxes merge.
         var largest = List[Float32](length=cores * heads, fill=0)  # core c's largest score of head h: [c * heads + h]
         var total = List[Float32](length=cores * heads, fill=0)  # its sum of exp(score - largest)

@@ -1,10 +1,10 @@
 # One GPT-2 block's decode step as one MAX custom op, float32 weights: ln_1 and c_attn, the
 # attention, attn.c_proj and the residual add, ln_2, c_fc and GELU, mlp.c_proj and the
 # residual add. Each core takes its band of every phase; between phases the cores wait
-# for each other at a barrier they spin on (well under a microsecond), where five ops
-# would each pay MAX's launch and a hand-off to the second core. The op writes the new
-# token's key and value into the cache itself: the graph hands it the cache's first P + 1
-# rows as buffers, and it returns the residual stream alone.
+# for each other at a barrier, where five ops would each pay MAX's launch and a hand-off
+# to the second core. The op writes the new token's key and value into the cache itself:
+# the graph hands it the cache's first P + 1 rows as buffers, and it returns the residual
+# stream alone.
 
 import extensibility as compiler
 from extensibility import InputTensor, IOSpec, ManagedTensorSlice, OutputTensor
@@ -12,27 +12,56 @@ from max.algorithm import sync_parallelize
 from max.gpu.host import DeviceContext
 from std.atomic import Atomic
 from std.ffi import external_call
-from std.sys.info import num_physical_cores
-from max.runtime.asyncrt import parallelism_level
+from std.sys import CompilationTarget
+from std.time import perf_counter_ns
 
 from .attention import SHORT, attend_band, merge_heads
 from .layer import gelu_tanh, norm_columns
-from .one_row import dot_rows
+from .one_row import band_count, dot_rows
 
 # A tensor the op reads and writes in place (the cache's views): a MAX buffer in the graph.
 comptime CacheTensor = ManagedTensorSlice[io_spec=IOSpec.MutableInput, ...]
 
 
 # ANCHOR: barrier
+comptime SPIN_NS = 50_000  # how long a core spins at a barrier before it sleeps: 50 us, a phase's worth
+comptime FUTEX = 202 if CompilationTarget.is_x86() else 98  # Linux's futex system call, x86-64 and arm64
+comptime WAIT, WAKE = 128, 129  # FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
+
+
 @always_inline
-def wait_all(count: UnsafePointer[mut=True, Int64, _], phase: Int, cores: Int):
-    """Arrive at barrier ``phase`` (1, 2, ...) and spin until every core has."""
-    _ = Atomic[Int64].fetch_add(count, Int64(1))
-    var target = Int64(phase * cores)
+def futex[T: AnyType](word: UnsafePointer[mut=True, Int32, _], op: Int, value: Int32, timeout: UnsafePointer[T, _]):
+    _ = external_call["syscall", Int](FUTEX, word, Int32(op), value, timeout, Int(0), Int32(0))
+
+
+@always_inline
+def wait_all(count: UnsafePointer[mut=True, Int64, _], gate: UnsafePointer[mut=True, Int32, _],
+             sleepers: UnsafePointer[mut=True, Int32, _], phase: Int, cores: Int):
+    """Arrive at barrier ``phase`` (1, 2, ...) and wait until every core has. The last to arrive opens the gate
+    (``gate`` becomes ``phase``). The others spin for SPIN_NS, which on a quiet machine is always enough, then
+    sleep on the gate (Linux's futex; elsewhere they yield), so that a core whose partner another program has
+    taken gives its CPU back instead of burning its share of it; the opener wakes whoever sleeps."""
+    if Atomic[Int64].fetch_add(count, Int64(1)) + 1 == Int64(phase * cores):
+        Atomic[Int32].store(gate, Int32(phase))
+        if Atomic[Int32].load(sleepers) > 0:
+            comptime if CompilationTarget.is_linux():
+                futex(gate, WAKE, Int32(cores), count)  # a wake reads no timeout
+        return
+    var start = perf_counter_ns()
     var spins = 0
-    while Atomic[Int64].load(count) < target:
+    while Atomic[Int32].load(gate) < Int32(phase):
         spins += 1
-        if spins > 20000:  # the other core's thread is not running (another program has the core): let it
+        if spins % 64 != 0 or perf_counter_ns() - start < SPIN_NS:
+            continue
+        comptime if CompilationTarget.is_linux():
+            var timeout = List[Int](length=2, fill=0)  # { 0 s, 1 ms }: a net under the wake, never needed
+            timeout[1] = 1_000_000
+            _ = Atomic[Int32].fetch_add(sleepers, Int32(1))  # counted before the gate is read again: no lost wake
+            while Atomic[Int32].load(gate) < Int32(phase):
+                futex(gate, WAIT, Int32(phase - 1), timeout.unsafe_ptr())  # sleeps while the gate is still shut
+            _ = Atomic[Int32].fetch_add(sleepers, Int32(-1))
+            return
+        else:
             _ = external_call["sched_yield", Int32]()
 # ANCHOR_END: barrier
 
@@ -40,7 +69,7 @@ def wait_all(count: UnsafePointer[mut=True, Int64, _], phase: Int, cores: Int):
 @compiler.register("block_one_row")
 struct BlockOneRow:
     @staticmethod
-    def execute[target: StaticString, cache: DType](
+    def execute[target: StaticString, cache: DType, bands: Int](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],  # [1, C]: the residual stream after the block
         x: InputTensor[dtype=DType.float32, rank=2, ...],  # [1, C]
         ln1_g: InputTensor[dtype=DType.float32, rank=1, ...],
@@ -67,8 +96,7 @@ struct BlockOneRow:
         var d = past_k.dim_size(2)
         var C = x.dim_size(1)
         var F = w_fc.dim_size(0)
-        # No more bands than MAX has workers: a band whose worker does not exist would never reach a barrier.
-        var cores = min(num_physical_cores(), parallelism_level(None))
+        var cores = band_count(bands)  # each band needs a worker of its own, or the barrier would wait for ever
         var e = eps.unsafe_ptr().load(0)
         var z_list = List[Float32](length=C, fill=0)  # ln_1(x)
         var qkv_list = List[Float32](length=3 * C, fill=0)
@@ -84,6 +112,10 @@ struct BlockOneRow:
         var hid = hid_list.unsafe_ptr()
         var counter = List[Int64](length=1, fill=0)  # the barrier's count of arrivals
         var count = counter.unsafe_ptr()
+        var opened = List[Int32](length=1, fill=0)  # the last phase every core has reached
+        var gate = opened.unsafe_ptr()
+        var asleep = List[Int32](length=1, fill=0)  # the cores asleep at the gate
+        var sleepers = asleep.unsafe_ptr()
         var acores = cores if tokens >= SHORT else 1
         var largest = List[Float32](length=cores * heads, fill=0)
         var total = List[Float32](length=cores * heads, fill=0)
@@ -114,14 +146,14 @@ struct BlockOneRow:
         def band(core: Int) {imm}:
             # 1. ln_1, each core its columns.
             norm_columns(z, xs, g1, bb1, e, C, C * core // cores, C * (core + 1) // cores)
-            wait_all(count, 1, cores)
+            wait_all(count, gate, sleepers, 1, cores)
             # 2. c_attn and its bias, each core its rows.
             var r0 = 3 * C * core // cores
             var r1 = 3 * C * (core + 1) // cores
             dot_rows(qkv, z, wa, r0, r1, C)
             for r in range(r0, r1):
                 qkv.store(r, qkv.load(r) + ba.load(r))
-            wait_all(count, 2, cores)
+            wait_all(count, gate, sleepers, 2, cores)
             # 3. the new key and value into the cache's last row, in its type; the attention over a band of the tokens.
             var ks = qkv + C
             var vs = qkv + 2 * C
@@ -132,26 +164,26 @@ struct BlockOneRow:
                 nv.store(i, vs.load(i).cast[cache]())
             if core < acores:
                 attend_band[cache](core, acores, tokens, heads, d, qkv, keys, values, m_all, l_all, acc_all)
-            wait_all(count, 3, cores)
+            wait_all(count, gate, sleepers, 3, cores)
             # 4. the bands merged, each core its heads.
             merge_heads(heads * core // cores, heads * (core + 1) // cores, acores, tokens, heads, d, m_all, l_all,
                         acc_all, att)
-            wait_all(count, 4, cores)
+            wait_all(count, gate, sleepers, 4, cores)
             # 5. attn.c_proj, its bias and the residual add.
             dot_rows(x1, att, wp, c0, c1, C)
             for r in range(c0, c1):
                 x1.store(r, xs.load(r) + x1.load(r) + bp.load(r))
-            wait_all(count, 5, cores)
+            wait_all(count, gate, sleepers, 5, cores)
             # 6. ln_2, each core its columns.
             norm_columns(z2, x1, g2, bb2, e, C, c0, c1)
-            wait_all(count, 6, cores)
+            wait_all(count, gate, sleepers, 6, cores)
             # 7. c_fc, its bias and GELU.
             var f0 = F * core // cores
             var f1 = F * (core + 1) // cores
             dot_rows(hid, z2, wf, f0, f1, C)
             for r in range(f0, f1):
                 hid.store(r, gelu_tanh(hid.load(r) + bf.load(r)))
-            wait_all(count, 7, cores)
+            wait_all(count, gate, sleepers, 7, cores)
             # 8. mlp.c_proj, its bias and the residual add.
             dot_rows(out, hid, wo, c0, c1, F)
             for r in range(c0, c1):
@@ -166,6 +198,8 @@ struct BlockOneRow:
         _ = z2_list^
         _ = hid_list^
         _ = counter^
+        _ = opened^
+        _ = asleep^
         _ = largest^
         _ = total^
         _ = partial^

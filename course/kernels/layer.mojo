@@ -17,9 +17,8 @@ from max.algorithm import sync_parallelize
 from max.gpu.host import DeviceContext
 from std.math import sqrt, tanh
 from std.sys import size_of
-from std.sys.info import num_physical_cores
 
-from .one_row import WIDTH, dot_rows
+from .one_row import WIDTH, band_count, dot_rows
 from .q4_0 import PairedBytes, q4_0_rows
 from .q4_k import FourBitPartner, q4_k_rows
 from .q6_k import EightBitRow, q6_k_rows
@@ -29,11 +28,12 @@ from .q6_k import EightBitRow, q6_k_rows
 @always_inline
 def products[format: StaticString, epilogue: def(Int, Int) capturing -> None](
     dst: UnsafePointer[mut=True, Float32, _], x: UnsafePointer[Float32, _], w: UnsafePointer[UInt8, _],
-    n: Int, k: Int, stride: Int,
+    n: Int, k: Int, stride: Int, bands: Int,
 ):
     """dst[r] = W's row r times x for r < n, W in ``format`` (f32, q4_0, q4_k, q6_k; ``stride`` bytes a row), each core
-    one contiguous band of rows, then ``epilogue(start, end)`` on that band's outputs."""
-    var cores = num_physical_cores()
+    one contiguous band of rows (no more than ``bands``: band_count), then ``epilogue(start, end)`` on that band's
+    outputs."""
+    var cores = band_count(bands)
     comptime if format == "f32":
         var weights = w.bitcast[Float32]()
 
@@ -107,7 +107,7 @@ struct NormOneRow:
     """y = W @ layer_norm(x) + b, and GELU (tanh) of it where ``gelu``: x [1, K], W [N, K] in ``format`` -> y [1, N]."""
 
     @staticmethod
-    def execute[target: StaticString, gelu: Bool, format: StaticString](
+    def execute[target: StaticString, gelu: Bool, format: StaticString, bands: Int](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],
         gamma: InputTensor[dtype=DType.float32, rank=1, ...],  # the layer norm's weight and bias [K]
@@ -135,7 +135,7 @@ struct NormOneRow:
                     v = gelu_tanh(v)
                 out.store(r, v)
 
-        products[format, finish](out, z, w.unsafe_ptr().bitcast[UInt8](), n, k, w.dim_size(1) * size_of[w.dtype]())
+        products[format, finish](out, z, w.unsafe_ptr().bitcast[UInt8](), n, k, w.dim_size(1) * size_of[w.dtype](), bands)
         _ = normed^  # the normed row lives until every core is done
 
 
@@ -144,7 +144,7 @@ struct OneRowAdd:
     """y = r + W @ x + b: a product (W in ``format``), its bias and the residual stream r [1, N] it adds to."""
 
     @staticmethod
-    def execute[target: StaticString, format: StaticString](
+    def execute[target: StaticString, format: StaticString, bands: Int](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],
         w: InputTensor[rank=2, ...],
@@ -163,25 +163,26 @@ struct OneRowAdd:
                 out.store(r, stream.load(r) + out.load(r) + bias.load(r))
 
         products[format, finish](out, x.unsafe_ptr(), w.unsafe_ptr().bitcast[UInt8](), y.dim_size(1), x.dim_size(1),
-                                 w.dim_size(1) * size_of[w.dtype]())
+                                 w.dim_size(1) * size_of[w.dtype](), bands)
 # ANCHOR_END: fused
 
 
 # The same products with nothing before or after them, for a QuantizedLinear's single row
 # (course.programs.quantize.one_row_kernel): y [1, N] = x [1, K] times W's first N rows.
-def bare[format: StaticString](y: OutputTensor[dtype=DType.float32, rank=2, ...],
+def bare[format: StaticString, bands: Int](y: OutputTensor[dtype=DType.float32, rank=2, ...],
                                x: InputTensor[dtype=DType.float32, rank=2, ...],
                                w: InputTensor[dtype=DType.uint8, rank=2, ...]):
     def nothing(start: Int, end: Int) capturing:
         pass
 
-    products[format, nothing](y.unsafe_ptr(), x.unsafe_ptr(), w.unsafe_ptr(), y.dim_size(1), x.dim_size(1), w.dim_size(1))
+    products[format, nothing](y.unsafe_ptr(), x.unsafe_ptr(), w.unsafe_ptr(), y.dim_size(1), x.dim_size(1), w.dim_size(1),
+                              bands)
 
 
 @compiler.register("one_row_q4_0")
 struct OneRowQ40:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, bands: Int](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],
         w: InputTensor[dtype=DType.uint8, rank=2, ...],
@@ -189,13 +190,13 @@ struct OneRowQ40:
     ) raises:
         comptime if target != "cpu":
             raise Error("one_row_q4_0 is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
-        bare["q4_0"](y, x, w)
+        bare["q4_0", bands](y, x, w)
 
 
 @compiler.register("one_row_q4_k")
 struct OneRowQ4K:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, bands: Int](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],
         w: InputTensor[dtype=DType.uint8, rank=2, ...],
@@ -203,13 +204,13 @@ struct OneRowQ4K:
     ) raises:
         comptime if target != "cpu":
             raise Error("one_row_q4_k is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
-        bare["q4_k"](y, x, w)
+        bare["q4_k", bands](y, x, w)
 
 
 @compiler.register("one_row_q6_k")
 struct OneRowQ6K:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, bands: Int](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],
         w: InputTensor[dtype=DType.uint8, rank=2, ...],
@@ -217,4 +218,4 @@ struct OneRowQ6K:
     ) raises:
         comptime if target != "cpu":
             raise Error("one_row_q6_k is a CPU kernel; on a GPU the course keeps MAX's qmatmul")
-        bare["q6_k"](y, x, w)
+        bare["q6_k", bands](y, x, w)

@@ -13,8 +13,18 @@ import extensibility as compiler
 from extensibility import InputTensor, OutputTensor
 from max.algorithm import sync_parallelize
 from max.gpu.host import DeviceContext
+from max.runtime.asyncrt import parallelism_level
 from std.sys.info import num_physical_cores
 from std.sys.intrinsics import PrefetchOptions, prefetch
+
+@always_inline
+def band_count(bands: Int) -> Int:
+    """How many bands a kernel splits its work into: one a core, no more than MAX has workers (its pool follows the
+    process's affinity mask, ``taskset``; a band without a worker of its own would wait at block.mojo's barriers
+    for ever), and no more than ``bands``, the CPUs this process may use, a container's CPU quota included, which
+    MAX's pool does not follow (``course.runtime.usable_cpus``, each op's parameter)."""
+    return max(1, min(num_physical_cores(), parallelism_level(None), bands))
+
 
 # ANCHOR: kernel
 comptime WIDTH = 16  # float32s per load: one 64-byte cache line, one AVX-512 register
@@ -71,7 +81,7 @@ def dot_rows(sums: UnsafePointer[mut=True, Float32, _], row: UnsafePointer[Float
 @compiler.register("one_row")
 struct OneRow:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, bands: Int](
         y: OutputTensor[dtype=DType.float32, rank=2, ...],
         x: InputTensor[dtype=DType.float32, rank=2, ...],
         w: InputTensor[dtype=DType.float32, rank=2, ...],
@@ -84,7 +94,7 @@ struct OneRow:
         var out = y.unsafe_ptr()
         var row = x.unsafe_ptr()
         var weights = w.unsafe_ptr()
-        var cores = num_physical_cores()
+        var cores = band_count(bands)
 
         def band(core: Int) {imm}:  # each core one contiguous band of W's rows
             dot_rows(out, row, weights, n * core // cores, n * (core + 1) // cores, k)

@@ -70,14 +70,15 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
 
     ``decode``: step 16's model and runner: a decode graph that multiplies each weight by
     one row as ``W @ xᵀ`` and reads a cache allocated once; on the CPU the weights and
-    that cache lie on huge pages (chapter 16's "Fewer ops, and huge pages"). With ``quantize`` too, its
+    that cache lie on huge pages (the appendix "Past the roofline", "Fewer ops, and huge pages"). With ``quantize`` too, its
     Linear layers and head are the quantized ones, and only the cache is step 16's.
     ``kernel`` (with ``decode``, on the CPU): step 16's ``KernelGPT2LMHeadModel``, whose attention
     and one-row products are the course's Mojo kernels. With ``quantize`` too, its attention
     reads a float16 cache (as llama.cpp's does), and its one-row products are the Mojo kernel
-    of the formats that have one (``course.programs.generate.ONE_ROW_KERNELS``: q4_k and q6_k, each
-    with its layer norm, bias, GELU and residual add in the product's op) and MAX's ``qmatmul`` for q4_0. ``prefill_from`` (with ``decode``): step 16's shortest prompt that
-    runs the prefill graph, compiled on its first use; shorter ones go through the decode graph token by token.
+    of each format (``course.programs.generate.ONE_ROW_KERNELS``: q4_0, q4_k and q6_k, each with its
+    layer norm, bias, GELU and residual add in the product's op). ``prefill_from`` (with ``decode``): step 16's
+    shortest prompt that runs the prefill graph, compiled on its first use; shorter ones go through the decode
+    graph token by token.
 
     With ``quantize`` (q4_0, q4_k or q6_k), the model's Linear layers and its head are
     built quantized from the checkpoint's float32 arrays (``course.programs.quantize``)
@@ -101,7 +102,7 @@ def compile_model(steps: dict[int, object], pretrained, device, cached: bool, qu
 
         swapped = quantize_model(model, state, quantize, kernel)
     weights = {name: swapped[name] if name in swapped else state[name] for name, _ in model.parameters}
-    if decode and device.label == "cpu":  # step 16's road streams them: on 2 MiB pages (chapter 16)
+    if decode and device.label == "cpu":  # step 16's road streams them: on 2 MiB pages (the appendix "Past the roofline")
         weights = runtime.on_huge_pages(weights)
         state.update({name: weights[name] for name in weights.keys() - swapped.keys()})  # held once, not twice
     model.load_state_dict({name: runtime.from_numpy(w) if isinstance(w, np.ndarray) else w

@@ -250,10 +250,12 @@ class Generator:
         del self.pretrained  # the model holds the weights now
 
     def kind(self) -> str:
-        """What is compiled: ``with a KV cache, step 16's decode graph and Mojo kernels``."""
+        """What is compiled: ``with a KV cache, step 16's decode graph and Mojo kernels on 2 CPUs``, the CPUs the
+        kernels split their work among (runtime.usable_cpus: the affinity mask, less a container's quota)."""
         kind = "without a cache" if self.args.no_cache else "with a KV cache"
         if 16 in self.steps:
-            kind += ", step 16's decode graph and Mojo kernels"
+            cpus = runtime.usable_cpus()
+            kind += f", step 16's decode graph and Mojo kernels on {cpus} CPU{'s' if cpus > 1 else ''}"
         if self.args.quantize:
             kind += f", weights in {self.args.quantize}"
         return kind

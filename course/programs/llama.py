@@ -49,8 +49,10 @@ def version() -> str | None:
 
 
 def threads() -> int:
-    """The thread count every engine in bench uses: this machine's cores (MAX's and PyTorch's default)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The thread count every engine in bench uses: the CPUs this process may use (runtime.usable_cpus)."""
+    from course.runtime import usable_cpus
+
+    return usable_cpus()
 
 
 def write_f32(folder: Path, out: Path) -> Path:

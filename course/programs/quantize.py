@@ -174,12 +174,13 @@ def one_row_kernel(x: Tensor, weight: Tensor, name: str) -> Tensor:
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
-    from course.runtime import kernels
+    from course.runtime import kernels, usable_cpus
 
     rows, width = weight.shape[0], x.shape[-1]
     device = DeviceRef.from_device(weight.device)
     (y,) = F.custom(f"one_row_{name}", device, [x.reshape([1, width]), weight],
-                    [TensorType(DType.float32, [1, rows], device)], custom_extensions=kernels())
+                    [TensorType(DType.float32, [1, rows], device)], parameters={"bands": usable_cpus()},
+                    custom_extensions=kernels())
     return y.reshape([*x.shape[:-1], rows])
 
 
