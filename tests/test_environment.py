@@ -239,6 +239,26 @@ def test_mutation_extra_agrees():
                                          "default-environment": "mutation"}, PIXI["tasks"]["mutation"]
 
 
+def test_serve_extra_agrees():
+    """pixi's `serve` feature and pyproject's `serve` extra ask for the same MAX, with its serving stack (pip:
+    max[serve], with opentelemetry pinned so that pip resolves it; conda: `modular`, which is max with the same
+    stack), and the same OpenAI client; the `serve` task runs in that environment; and max[serve]'s own pin on
+    transformers fits the course's range (what the installed max declares)"""
+    pip = {Requirement(line).name: Requirement(line) for line in PYPROJECT["project"]["optional-dependencies"]["serve"]}
+    pixi = PIXI["feature"]["serve"]["dependencies"]
+    assert set(pixi) == {"modular", "openai"}, f"pixi's serve feature {sorted(pixi)}"
+    assert pip["max"].extras == {"serve"}, f"pip's serve extra asks for max{sorted(pip['max'].extras)}, not max[serve]"
+    assert SpecifierSet(pixi["modular"]) == pip["max"].specifier == _pip_ranges()["max"], (pixi, pip["max"])
+    assert SpecifierSet(pixi["openai"]) == pip["openai"].specifier, (pixi, pip["openai"])
+    pinned = {name: str(requirement.specifier) for name, requirement in pip.items() if name.startswith("opentelemetry")}
+    assert pinned == {"opentelemetry-api": "==1.35.0", "opentelemetry-sdk": "==1.35.0",
+                      "opentelemetry-exporter-otlp-proto-grpc": "==1.35.0",
+                      "opentelemetry-exporter-otlp-proto-http": "==1.35.0",
+                      "opentelemetry-exporter-prometheus": "==0.56b0"}, pinned
+    assert PIXI["environments"]["serve"] == ["serve"], PIXI["environments"]
+    assert PIXI["tasks"]["serve"] == {"cmd": "python -m course.programs.serve", "default-environment": "serve"}
+
+
 def test_pixi_runs_the_whole_suite_where_every_extra_is():
     """`pixi run test` runs in an environment with every feature, as CI installs every extra (the checks marked
     llama and mutation need llama.cpp and mutmut), and pixi.toml asks for a pixi that reads a task's

@@ -9,6 +9,7 @@
     pixi run bench --model gpt2 --quantize q6_k # real weights (downloaded once), not random ones
     pixi run -e llama bench --quantize q4_0     # llama.cpp on the same checkpoint too (the `llama` extra)
     pixi run bench --model course-llama         # Part II's Llama: Hugging Face, ours without and with step 24's cache
+    pixi run -e serve bench --serve             # max serve on the course's Llama: 1, 4 and 8 clients at once
 
 Fair by construction:
 
@@ -433,6 +434,11 @@ def roofline(results: dict, file: Path, labels: dict[str, str], config, bandwidt
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--serve" in argv:  # a served model under load (course.programs.serve_bench; the `serve` extra)
+        from course.programs import serve_bench
+
+        return serve_bench.main([arg for arg in argv if arg != "--serve"])
     p = argparse.ArgumentParser(prog="pixi run bench", description=__doc__.split("\n")[0] + (
         " Runs solutions/; offline, on GPT-2 small's sizes with random weights unless --model names a checkpoint."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)

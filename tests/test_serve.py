@@ -1,0 +1,346 @@
+"""`serve` (course/programs/serve.py): the served copy of a course folder, the command it starts, its refusals,
+and, with the `serve` extra (marked `serve`), MAX's server on the course's Llama answering the OpenAI client with
+Hugging Face's greedy tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from course import checkpoints
+from course.outline import ROOT
+from course.programs import serve
+
+pytestmark = pytest.mark.programs
+
+#: Prompts for the server's check, and how many tokens each asks for.
+PROMPTS = ("In the beginning", "And the LORD said unto Moses,", "A chapter holds one idea:")
+TOKENS = 32
+
+
+def _sums(folder: Path) -> dict[str, str]:
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.iterdir())
+            if path.is_file()}
+
+
+def test_the_served_copy_is_float32_with_the_same_numbers_and_tokens_written_once(tmp_path):
+    """prepare(course-llama): a folder of its own with config.json's dtype float32, every tensor the original's
+    value in float32 (exactly: float16 to float32 loses nothing), tokenizer.json and tokenizer_config.json that
+    tokenize as the course's files do, and the original folder untouched; a second call returns the same folder
+    without writing it again"""
+    from safetensors.numpy import load_file
+    from transformers import AutoTokenizer
+
+    checkpoint = checkpoints.find(checkpoints.COURSE_LLAMA_NAME)
+    before = _sums(checkpoint.folder)
+    folder = serve.prepare(checkpoint, tmp_path)
+    assert folder.parent == tmp_path and folder != checkpoint.folder, folder
+    config = json.loads((folder / "config.json").read_text())
+    assert config["dtype"] == "float32" and config["torch_dtype"] == "float32", config
+    original = json.loads((checkpoint.folder / "config.json").read_text())
+    assert {k: v for k, v in config.items() if k not in ("dtype", "torch_dtype")} == \
+        {k: v for k, v in original.items() if k not in ("dtype", "torch_dtype")}, "the config changed beyond its dtype"
+    served, stored = load_file(str(folder / "model.safetensors")), checkpoints.read_weights(checkpoint.weights_file)
+    assert set(served) == set(stored), sorted(set(served) ^ set(stored))
+    kinds = {str(value.dtype) for value in served.values()}
+    assert kinds == {"float32"}, f"the served tensors are {kinds}"
+    worst = max(float(np.abs(served[name] - stored[name].astype(np.float32)).max()) for name in stored)
+    assert worst == 0.0, f"a served tensor differs from the original by {worst:.1e}"
+    for name in serve.TOKENIZER_OUT:
+        assert (folder / name).is_file(), f"the served copy has no {name}"
+    text = "In the beginning God created the heaven and the earth. Naïve café ✓\n\n  spaced"
+    ids = AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
+    vocab, merges = checkpoints.read_tokenizer(checkpoint.folder)
+    from transformers import GPT2TokenizerFast
+
+    expected = GPT2TokenizerFast.from_pretrained(str(checkpoint.folder))(text)["input_ids"]
+    assert ids == expected and len(vocab) == 50257 and merges, (ids[:12], expected[:12])
+    assert _sums(checkpoint.folder) == before, "prepare changed the original folder"
+    written = (folder / "model.safetensors").stat().st_mtime_ns
+    assert serve.prepare(checkpoint, tmp_path) == folder, "a second call made another copy"
+    assert (folder / "model.safetensors").stat().st_mtime_ns == written, "a second call wrote the copy again"
+    assert [path.name for path in tmp_path.iterdir()] == [folder.name], "a partial copy was left behind"
+
+
+def test_a_changed_checkpoint_gets_a_copy_of_its_own(tmp_path):
+    """the served copy is named by the config's and the weights' bytes: a folder whose weights change is copied
+    again, not served from the old copy"""
+    import shutil
+
+    source = tmp_path / "llama"
+    shutil.copytree(checkpoints.find(checkpoints.COURSE_LLAMA_NAME).folder, source)
+    first = serve.prepare(checkpoints.find(str(source)), tmp_path / "served")
+    weights = checkpoints.read_weights(source / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name] = weights[name] * 2
+    from safetensors.numpy import save_file
+
+    save_file(weights, str(source / "model.safetensors"), metadata={"format": "pt"})
+    second = serve.prepare(checkpoints.find(str(source)), tmp_path / "served")
+    assert second != first, "a changed checkpoint was served from the old copy"
+
+
+def test_the_command_listens_on_this_machine_with_batching_on_and_telemetry_off():
+    """max serve's command line: the served folder, MAX's CPU, float32, the batch size, 127.0.0.1 unless told
+    otherwise (MAX's own default is every interface), the port; offline, without MAX's telemetry"""
+    args = serve.parser().parse_args([])
+    assert (args.model, args.host, args.port, args.max_batch_size) == ("course-llama", "127.0.0.1", 8000, 8), args
+    line = serve.command(Path("/served/llama"), "127.0.0.1", 8123, 4, "course-llama")
+    assert line[1] == "serve" and Path(line[0]).name == "max", line
+    options = dict(zip(line[2::2], line[3::2]))
+    assert options == {"--model-path": "/served/llama", "--served-model-name": "course-llama", "--devices": "cpu",
+                       "--quantization-encoding": "float32", "--max-batch-size": "4", "--host": "127.0.0.1",
+                       "--port": "8123"}, options
+    assert serve.OFFLINE == {"HF_HUB_OFFLINE": "1", "MAX_SERVE_DISABLE_TELEMETRY": "1"}, serve.OFFLINE
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "course"], "serve: course is a GPT-2 checkpoint; MAX's server has no GPT-2 architecture"),
+    (["--max-batch-size", "0"], "serve: --max-batch-size 0: at least 1 request is decoded at a time"),
+    (["--model", "/no/such/folder"], "serve: there is no folder /no/such/folder"),
+])
+def test_serve_refuses_in_one_line(argv, message, capsys):
+    """what serve cannot serve is refused in one line that names it, with exit code 2, before anything starts"""
+    code = serve.main([*argv, "--prepare-only"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(message) and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_server_that_exits_early_is_said_and_one_that_never_answers_times_out():
+    """ready(): a server that exits before it answers, and one that never answers within the timeout, each stop
+    the wait with a line that says which"""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    quits = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(serve.Stop) as exited:
+        serve.ready(f"http://127.0.0.1:{port}", quits, timeout=60)
+    assert str(exited.value) == f"max serve exited with code 3 before it answered http://127.0.0.1:{port}/health"
+    with pytest.raises(serve.Stop) as waited:
+        serve.ready(f"http://127.0.0.1:{port}", None, timeout=1)
+    assert str(waited.value) == f"max serve did not answer http://127.0.0.1:{port}/health within 1 s"
+
+
+def _served():
+    from course.programs import front
+
+    return front.Served("course-llama", 50257, 256, lambda text: len(text.split()))
+
+
+#: Bad completions, and the course's message for each (MAX's own server answers most with "Value error.", makes a
+#: token for max_tokens 0, ignores n, and crashes on a token id past the vocabulary).
+BAD = [
+    ([1, 2], 400, "the body is a JSON list, not an object with model and prompt"),
+    ({"model": "gpt-4", "prompt": "Hi"}, 404, 'model "gpt-4" is not served here: this server serves "course-llama"'),
+    ({"model": "course-llama"}, 400, "the body has no prompt: give a text, or a list of token ids"),
+    ({"model": "course-llama", "prompt": ""}, 400, "prompt is empty: give a text, or a list of token ids"),
+    ({"model": "course-llama", "prompt": [99999999]}, 400,
+     "prompt[0] is token id 99999999, outside the vocabulary: ids run from 0 to 50256"),
+    ({"model": "course-llama", "prompt": [5, -3]}, 400,
+     "prompt[1] is token id -3, outside the vocabulary: ids run from 0 to 50256"),
+    ({"model": "course-llama", "prompt": {"text": "Hi"}}, 400,
+     'prompt {"text": "Hi"}: it must be a text or a list of token ids'),
+    ({"model": "course-llama", "prompt": ["a", "b"]}, 400, "prompt holds 2 prompts: this server takes one prompt a "
+     "request (send the others as requests of their own; it batches them)"),
+    ({"model": "course-llama", "prompt": " ".join(["word"] * 300)}, 400,
+     "prompt is 300 tokens; course-llama's context is 256 tokens, and at least one must be left for the answer"),
+    ({"model": "course-llama", "prompt": "Hi", "max_tokens": 0}, 400, "max_tokens 0: it must be at least 1"),
+    ({"model": "course-llama", "prompt": "Hi", "max_tokens": "ten"}, 400, 'max_tokens "ten": it must be a whole number'),
+    ({"model": "course-llama", "prompt": "Hi there", "max_tokens": 100000}, 400, "max_tokens 100000 with a prompt of "
+     "2 tokens needs 100002; course-llama's context is 256 tokens: ask for at most 254"),
+    ({"model": "course-llama", "prompt": "Hi", "n": 3}, 400, "n 3: it must be at least 1 and at most 1"),
+    ({"model": "course-llama", "prompt": "Hi", "temperature": -1}, 400, "temperature -1: it must be from 0 to 2"),
+    ({"model": "course-llama", "prompt": "Hi", "temperature": "hot"}, 400,
+     'temperature "hot": it must be a number from 0 to 2'),
+    ({"model": "course-llama", "prompt": "Hi", "top_p": 0}, 400, "top_p 0: it must be above 0 and at most 1"),
+    ({"model": "course-llama", "prompt": "Hi", "top_k": -7}, 400, "top_k -7: it must be at least 0"),
+    ({"model": "course-llama", "prompt": "Hi", "seed": 1.5}, 400, "seed 1.5: it must be a whole number"),
+    ({"model": "course-llama", "prompt": "Hi", "stream": "yes"}, 400, 'stream "yes": it must be true or false'),
+]
+
+
+@pytest.mark.parametrize("body, status, message", BAD, ids=[message.split(":")[0][:40] for _, _, message in BAD])
+def test_the_front_door_refuses_a_bad_completion_with_its_reason(body, status, message):
+    """front.check: each bad completion is refused with its status and the course's message, which names the
+    field and the value (OpenAI's error shape, with the field as its param)"""
+    from course.programs import front
+
+    with pytest.raises(front.Refusal) as refused:
+        front.check(body, _served())
+    got = refused.value
+    assert (got.status, got.message) == (status, message), (got.status, got.message)
+    assert got.body() == {"error": {"message": message, "type": "invalid_request_error", "param": got.param,
+                                    "code": str(status)}}, got.body()
+
+
+def test_the_front_door_lets_a_good_completion_through_and_refuses_chat():
+    """front.check passes what MAX's server answers well (a text or ids, the sampling fields in range, top_k -1
+    for off, a stream), and refuses a chat completion: the course's Llama has no chat template"""
+    from course.programs import front
+
+    for body in ({"model": "course-llama", "prompt": "Hi", "max_tokens": 32, "temperature": 0},
+                 {"model": "course-llama", "prompt": [0, 50256], "max_tokens": 254, "top_p": 1, "top_k": -1,
+                  "seed": 7, "stream": True},
+                 {"model": "course-llama", "prompt": ["In the beginning"], "temperature": 2, "top_k": 40}):
+        assert front.check(body, _served()) is None, body
+    with pytest.raises(front.Refusal) as refused:
+        front.check({"model": "course-llama", "messages": [{"role": "user", "content": "Hi"}]}, _served(), chat=True)
+    assert refused.value.message == ("course-llama has no chat template (it was trained on plain text): send a "
+                                     "prompt to /v1/completions"), refused.value.message
+
+
+def test_the_chapters_table_of_bad_requests_is_what_the_door_answers():
+    """book/src/serving.md's "Bad requests" table: each row's request, sent with the prompt "Hi there", gets the
+    status and the message the row gives (a chat completion: its own)"""
+    import re
+
+    from course.programs import front
+
+    page = (ROOT / "book" / "src" / "serving.md").read_text()
+    rows = re.findall(r"^\| (`.+?`|a chat completion) \| .+? \| (\d{3}) `(.+)` \|$", page, flags=re.M)
+    assert len(rows) >= 10, f"the chapter's table has {len(rows)} rows of bad requests"
+    for request, status, message in rows:
+        body = {"model": "course-llama", "prompt": "Hi there"}
+        chat = request == "a chat completion"
+        if not chat:
+            body.update(json.loads("{" + request.strip("`") + "}"))
+        with pytest.raises(front.Refusal) as refused:
+            front.check(body, _served(), chat=chat)
+        got = (str(refused.value.status), refused.value.message)
+        assert got == (status, message), f"{request}: the page says {status} {message!r}, the door {got}"
+
+
+def _hugging_faces(folder: Path, prompt: str) -> str:
+    """Hugging Face's greedy continuation of ``prompt`` (TOKENS tokens at most, its end-of-text token stops it)."""
+    import torch
+    from transformers import AutoModelForCausalLM, GPT2TokenizerFast
+
+    tokenizer = GPT2TokenizerFast.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=TOKENS, do_sample=False, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.eos_token_id)
+    new = out[0, ids.shape[1]:].tolist()
+    return tokenizer.decode(new, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """`serve` on the course's Llama, started once for the server's checks: its URL, and its log's path."""
+    pytest.importorskip("openai", reason="the `serve` extra (pip install -e '.[serve]') has the OpenAI client")
+    tmp = tmp_path_factory.mktemp("serve")
+    port = serve.free_port()
+    env = dict(os.environ, COURSE_SERVE_CACHE=str(tmp / "served"), PYTHONPATH=str(ROOT))
+    log = (tmp / "serve.log").open("w")
+    server = serve.start([sys.executable, "-m", "course.programs.serve", "--port", str(port)], cwd=ROOT,
+                              env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        serve.ready(url, server, timeout=900)
+        yield url, tmp / "serve.log"
+    finally:
+        serve.stop(server)
+        log.close()
+    # Ended with every process it started: MAX's server and its model workers (they inherit the environment)
+    marker = f"COURSE_SERVE_CACHE={tmp / 'served'}".encode()
+    deadline = time.monotonic() + 90
+    while (left := _running_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"processes left running after serve was stopped: {left}"
+
+
+def _running_with(marker: bytes) -> list[str]:
+    """The processes of this machine whose environment holds ``marker``: their ids and command lines."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker in (proc / "environ").read_bytes().split(b"\0"):
+                    command = (proc / "cmdline").read_bytes().replace(b"\0", b" ")[:120]
+                    found.append(f"{proc.name}: {command!r}")
+            except OSError:  # ended meanwhile, or not ours to read
+                pass
+    return found
+
+
+def _post(url: str, body) -> tuple[int, dict]:
+    """A POST to the server's completions, as curl sends it: the status and the JSON it answered."""
+    import urllib.error
+    import urllib.request
+
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(f"{url}/v1/completions", data, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.serve
+def test_the_openai_client_gets_hugging_faces_greedy_tokens_from_the_served_llama(llama_server):
+    """`serve` on the course's Llama (MAX's own Llama architecture, batching on), offline on 127.0.0.1: the
+    `openai` client's completions.create, greedy, for three prompts of TOKENS tokens, and the same request as
+    curl sends it, each give Hugging Face generate's greedy text on the original folder; the server said where it
+    listens"""
+    import openai
+
+    url, log = llama_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=300)
+    folder = checkpoints.find(checkpoints.COURSE_LLAMA_NAME).folder
+    for prompt in PROMPTS:
+        answer = client.completions.create(model="course-llama", prompt=prompt, max_tokens=TOKENS, temperature=0)
+        expected = _hugging_faces(folder, prompt)
+        assert answer.choices[0].text == expected, (prompt, answer.choices[0].text, expected)
+    body = json.dumps({"model": "course-llama", "prompt": PROMPTS[0], "max_tokens": TOKENS, "temperature": 0})
+    curl = subprocess.run(["curl", "-s", f"{url}/v1/completions", "-H", "Content-Type: application/json",
+                           "-d", body], capture_output=True, text=True, timeout=300, check=True)
+    assert json.loads(curl.stdout)["choices"][0]["text"] == _hugging_faces(folder, PROMPTS[0]), curl.stdout
+    said = log.read_text()
+    assert f"serve: course-llama answers at {url}/v1" in said, said[-3000:]
+
+
+@pytest.mark.serve
+def test_the_server_answers_every_bad_request_and_keeps_serving(llama_server):
+    """each bad request of BAD, a body that is not JSON, and a chat completion get their 4xx and the course's
+    message through HTTP (the token id past the vocabulary, which crashes MAX's own server, included); after each,
+    a good request is answered in full; and the OpenAI client raises the 400 as BadRequestError with the message"""
+    import openai
+
+    url, _ = llama_server
+    good = {"model": "course-llama", "prompt": "In the beginning", "max_tokens": 4, "temperature": 0}
+    cases = [*BAD, (b"not json {", 400, "the body is not JSON (Expecting value: line 1 column 1 (char 0))")]
+    for body, status, message in cases:
+        got = _post(url, body)
+        assert got[0] == status and got[1]["error"]["message"] == message, (body, got)
+        after = _post(url, good)
+        assert after[0] == 200 and after[1]["usage"]["completion_tokens"] == 4, (body, after)
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=300)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model="course-llama", prompt=[99999999], max_tokens=4)
+    assert "prompt[0] is token id 99999999, outside the vocabulary" in str(refused.value), str(refused.value)
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.chat.completions.create(model="course-llama", messages=[{"role": "user", "content": "Hi"}])
+    assert "has no chat template" in str(chat.value), str(chat.value)
+
+
+@pytest.mark.serve
+def test_eight_clients_of_fifty_requests_lose_nothing(llama_server):
+    """a bounded load: 8 clients at once, 50 completions each, one after the other: every one of the 400 comes
+    back whole (its 8 tokens, finish_reason "length"), none lost, none failed"""
+    from course.programs import serve_bench
+
+    url, _ = llama_server
+    row = serve_bench.load(url, "course-llama", clients=8, requests=50, tokens=8)
+    assert row["requests"] == 400 and row["failed"] == 0, row
+    assert row["tokens"] == 400 * 8, row
