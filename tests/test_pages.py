@@ -43,6 +43,8 @@ pytestmark = pytest.mark.course
 PAGES = [ROOT / "README.md", *sorted((ROOT / "book" / "src").glob("*.md"))]
 LOG = ROOT / "book" / "src" / "log.md"
 KERNELS = sorted(path.stem for path in (ROOT / "course" / "kernels").glob("*.mojo") if path.stem != "__init__")
+#: The course's Mojo programs that are no kernel (course/authoring/: barriers.mojo times the block op's barrier).
+PROGRAMS = sorted(path.stem for path in (ROOT / "course" / "authoring").glob("*.mojo"))
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
@@ -207,10 +209,11 @@ def check_unfinished(page: str, text: str, done: list[int] | None = None) -> lis
 
 
 def check_kernels(page: str, text: str, kernels: list[str] = KERNELS) -> list[str]:
-    """Every .mojo name is a kernel of course/kernels/; a paragraph naming more than half lists them all."""
+    """Every .mojo name is a kernel of course/kernels/ (or one of the authoring tools' Mojo programs, which are
+    not counted); a paragraph naming more than half of the kernels lists them all."""
     problems = []
     for first_line, paragraph in paragraphs(text):
-        names = {name for name in re.findall(r"\b(\w+)\.mojo\b", paragraph) if name != "__init__"}
+        names = {name for name in re.findall(r"\b(\w+)\.mojo\b", paragraph) if name not in ("__init__", *PROGRAMS)}
         unknown = sorted(names - set(kernels))
         missing = sorted(set(kernels) - names)
         if unknown:
@@ -476,6 +479,7 @@ KEPT = [
     (check_task_ranges, "| s17–s20 | 6.7–7.5 s |"),
     (check_unfinished, "**Part II, the Llama family** (steps 17–24) rebuilds the model"),
     (check_kernels, "`one_row.mojo` streams a band of rows; `attention.mojo` reads the cache once."),
+    (check_kernels, "`course/authoring/barriers.mojo` times `block.mojo`'s barrier."),
     (check_versions, "Python 3.11–3.13; Python 3.11, 3.12 or 3.13; transformers from 5.12 to the newest 5.x; "
                      "Any PyTorch 2.6 or newer works."),
     (check_placeholders, "```text\n… still running: <check> (1 min 30 s)\n```\n`<|endoftext|>` ends the text."),

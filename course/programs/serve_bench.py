@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             serve.stop(server)
     settings = {"model": args.model, "max_batch_size": args.max_batch_size, "max_tokens": args.max_tokens,
                 "requests_per_client": args.requests, "start_s": round(start, 1), "cpus": os.cpu_count(),
-                "command": " ".join(["python -m course.programs.serve_bench", *(argv or sys.argv[1:])])}
+                "command": " ".join(["python -m course.programs.bench --serve",
+                                     *(arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--serve")])}
     if args.json:
         print(json.dumps({"settings": settings, "rows": rows}))
         return 0
