@@ -61,7 +61,7 @@ Windows) nothing is changed. ``COURSE_MAX_POLLER=as-is`` leaves the thread as MA
 starts it. The change is made only where it can be undone (:func:`idle_is_undoable`):
 Linux lets an ordinary user's thread into ``SCHED_IDLE`` but not out of it while
 ``RLIMIT_NICE`` is 0, the default, so for such a user nothing is wrapped, and
-:func:`say` tells so once, in one line on standard error.
+:func:`say_left` tells so once, in one line on standard error, where ``main`` calls it (a check does not).
 
 Why CPU and float32
 -------------------
@@ -284,19 +284,31 @@ def max_poller_idle():
 
 #: How many graphs look for the poller before the course gives up on it (a busy machine can hide its wakes).
 LOOKS = 3
+#: Why MAX's poller was left as MAX starts it (:func:`poller_idle_in_execute`), or None.
+POLLER_LEFT: str | None = None
+
+
+def say_left() -> None:
+    """Says, once, in one line, what the course left in MAX's process that costs speed (:data:`POLLER_LEFT`). The
+    programs that generate or time call it; the checks do not: it changes no number, and a learner's ``pixi run
+    sNN`` would print it under every check."""
+    if POLLER_LEFT:
+        say(POLLER_LEFT)
 
 
 def poller_idle_in_execute() -> None:
     """Wraps ``max.engine.Model.execute``, through which every compiled graph runs, in :func:`max_poller_idle`;
     the first calls, once they return, look for the poller (:data:`POLLERS`), up to :data:`LOOKS` graphs. Where a
-    thread's idle priority could not be undone (:func:`idle_is_undoable`), nothing is wrapped, and that is said."""
+    thread's idle priority could not be undone (:func:`idle_is_undoable`), nothing is wrapped, and why is kept in
+    :data:`POLLER_LEFT` for :func:`say_left`."""
     from max.engine import Model
 
     original = Model.execute
     if hasattr(original, "original"):  # wrapped already
         return
     if why := idle_is_undoable():
-        say(f"MAX's poller thread is left as MAX starts it: {why}")
+        global POLLER_LEFT
+        POLLER_LEFT = f"MAX's poller thread is left as MAX starts it: {why}"
         return
     looks = {"left": LOOKS}
 

@@ -1746,6 +1746,10 @@ worker = threading.Thread(target=run)
 worker.start()
 worker.join()
 policies = {int(tid): os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")}
+import sys
+print("checks' end", file=sys.stderr, flush=True)  # what a check run has said by now: nothing about the poller
+runtime.say_left()  # main's call
+runtime.say_left()  # said once
 weights = {"w": np.arange(3 * 2**20, dtype=np.float32).reshape(3, -1)}  # 12 MiB, advised for huge pages
 paged = runtime.on_huge_pages(weights)
 worst = max(float(np.abs(got - np.tanh(x * 3.0 + 1.5)).max()), float(np.abs(paged["w"] - weights["w"]).max()))
@@ -1758,7 +1762,8 @@ def test_as_an_ordinary_user_no_thread_is_left_idle_and_the_course_says_why():
     """as an ordinary user (run as uid 65534 in a child when the suite runs as root; as oneself otherwise): after
     setup() (its SIGINT handler and eager executor) and five graphs from another thread, no thread of the process is
     at SCHED_IDLE, the graph's numbers are right, weights advised for huge pages keep their numbers, and the course
-    said once, in one line, that it left MAX's poller as MAX starts it"""
+    said nothing of MAX's poller until say_left() (which main calls and a check does not), then once, in one line,
+    that it left the poller as MAX starts it"""
     import shutil
     import subprocess
     import sys
@@ -1783,7 +1788,11 @@ def test_as_an_ordinary_user_no_thread_is_left_idle_and_the_course_says_why():
     uid, idle, worst = re.fullmatch(r"uid (\d+) idle (\[.*\]) worst (\S+)\n", result.stdout).groups()
     assert idle == "[]", f"threads left at SCHED_IDLE as uid {uid}: {idle}"
     assert float(worst) < 1e-5, f"the graph's (or the paged weights') numbers moved: max |Δ| {worst}"
-    said = [line for line in result.stderr.splitlines() if line.startswith("course: ")]
+    lines = result.stderr.splitlines()
+    assert "checks' end" in lines, result.stderr[-3000:]
+    before = [line for line in lines[:lines.index("checks' end")] if line.startswith("course: ")]
+    assert before == [], f"said before say_left(), as every check would print it: {before}"
+    said = [line for line in lines if line.startswith("course: ")]
     import resource
 
     if resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20:  # a limit raised for this user: the poller is set aside
@@ -1932,10 +1941,13 @@ def test_on_macos_the_runtime_takes_the_plain_road_and_says_what_it_left(monkeyp
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
     monkeypatch.setattr(platform, "machine", lambda: "arm64")
     monkeypatch.setattr(runtime, "_SAID", set())
+    monkeypatch.setattr(runtime, "POLLER_LEFT", None)
     maxs = getattr(Model.execute, "original", Model.execute)
     monkeypatch.setattr(Model, "execute", maxs)
     runtime.poller_idle_in_execute()
     assert Model.execute is maxs, "Model.execute was wrapped on a system without SCHED_IDLE"
+    assert capsys.readouterr().err == "", "said where a check would print it"
+    runtime.say_left()  # main's call
     assert capsys.readouterr().err == "course: MAX's poller thread is left as MAX starts it: this system has no SCHED_IDLE\n"
     weights = {"w": np.ones((3, 4), np.float32)}
     assert runtime.on_huge_pages(weights) is weights

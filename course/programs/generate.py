@@ -409,6 +409,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m course.programs.g
     args = parser(prog).parse_args(argv)
     try:
         runtime.setup()
+        runtime.say_left()  # what the course left in MAX's process that costs speed, if anything
         if args.model is None:
             args.model, notice = default_model()
             if notice:
