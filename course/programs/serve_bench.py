@@ -64,8 +64,9 @@ def load(url: str, model: str, clients: int, requests: int, tokens: int) -> dict
     def quantile(q):
         return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")
 
-    return {"clients": clients, "requests": len(results), "tokens": sum(made for _, made, _ in results),
-            "tok_s": sum(made for _, made, _ in results) / wall, "p50_s": quantile(0.5), "p95_s": quantile(0.95),
+    tokens = sum(made for _, made, _ in results)
+    return {"clients": clients, "requests": len(results), "tokens": tokens,
+            "tok_s": tokens / wall, "p50_s": quantile(0.5), "p95_s": quantile(0.95),
             "failed": len(failures), "failures": failures[:3]}
 
 
