@@ -57,11 +57,13 @@ OUTLINE = {
     22: "the Llama model and its head",
     23: "Llama checkpoints",
     24: "Llama generation and its KV cache",
+    # Part III · serving.
+    25: "serving: a ragged batch on a paged cache",
 }
 
 #: The course's parts, by the step each starts at: a part runs to the step before the next part's
 #: first (the last to the end of OUTLINE). The pages' drift check (tests/test_pages.py) reads them.
-PARTS = {1: "Part I · GPT-2", 17: "Part II · the Llama family"}
+PARTS = {1: "Part I · GPT-2", 17: "Part II · the Llama family", 25: "Part III · serving"}
 
 
 def marker(number: int) -> str:

@@ -101,10 +101,31 @@ def test_the_command_listens_on_this_machine_with_batching_on_and_telemetry_off(
                        "--quantization-encoding": "float32", "--max-batch-size": "4", "--host": "127.0.0.1",
                        "--port": "8123"}, options
     assert serve.OFFLINE == {"HF_HUB_OFFLINE": "1", "MAX_SERVE_DISABLE_TELEMETRY": "1"}, serve.OFFLINE
+    gpt2 = serve.command(Path("/served/gpt2"), "127.0.0.1", 8123, 4, "course", "gpt2")
+    assert gpt2[:len(line)] == line[:3] + ["/served/gpt2", "--served-model-name", "course"] + line[6:], gpt2
+    assert gpt2[len(line):] == ["--custom-architectures", f"{ROOT}:course.architectures"], gpt2
+
+
+def test_the_learners_gpt2_is_served_from_their_folder(tmp_path):
+    """--target steps hands MAX's workers the learner's folder (COURSE_SERVE_STEPS), where every step GPT-2 is
+    served on is finished; the course's own code needs nothing"""
+    from course.architectures import STEPS_VARIABLE, steps_folder
+
+    assert serve.whose_code("solutions", tmp_path) == {}
+    for source in [*(ROOT / "solutions").glob("step_0*.py"), *(ROOT / "solutions").glob("step_1[0-4]_*.py"),
+                   ROOT / "solutions" / "step_25_serving.py"]:
+        (tmp_path / source.name).write_text(source.read_text())
+    assert serve.whose_code("steps", tmp_path) == {STEPS_VARIABLE: str(tmp_path.resolve())}
+    os.environ[STEPS_VARIABLE] = str(tmp_path)
+    try:
+        assert steps_folder() == tmp_path.resolve()
+    finally:
+        del os.environ[STEPS_VARIABLE]
+    assert steps_folder() == (ROOT / "solutions").resolve()
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "course"], "serve: course is a GPT-2 checkpoint; MAX's server has no GPT-2 architecture"),
+    (["--model", "course", "--target", "steps"], "serve: your GPT-2 is not finished in steps/: step 01 (TODO 1"),
     (["--max-batch-size", "0"], "serve: --max-batch-size 0: at least 1 request is decoded at a time"),
     (["--model", "/no/such/folder"], "serve: there is no folder /no/such/folder"),
 ])
@@ -237,13 +258,23 @@ def _hugging_faces(folder: Path, prompt: str) -> str:
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
     """`serve` on the course's Llama, started once for the server's checks: its URL, and its log's path."""
+    yield from _server(tmp_path_factory, [])
+
+
+@pytest.fixture(scope="module")
+def gpt2_server(tmp_path_factory):
+    """`serve --model course`: the course's GPT-2 on step 25's code, as a MAX architecture."""
+    yield from _server(tmp_path_factory, ["--model", "course"])
+
+
+def _server(tmp_path_factory, argv: list[str]):
     pytest.importorskip("openai", reason="the `serve` extra (pip install -e '.[serve]') has the OpenAI client")
     tmp = tmp_path_factory.mktemp("serve")
     port = serve.free_port()
     env = dict(os.environ, COURSE_SERVE_CACHE=str(tmp / "served"), PYTHONPATH=str(ROOT))
     log = (tmp / "serve.log").open("w")
-    server = serve.start([sys.executable, "-m", "course.programs.serve", "--port", str(port)], cwd=ROOT,
-                              env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = serve.start([sys.executable, "-m", "course.programs.serve", *argv, "--port", str(port)], cwd=ROOT,
+                         env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         serve.ready(url, server, timeout=900)
@@ -344,3 +375,30 @@ def test_eight_clients_of_fifty_requests_lose_nothing(llama_server):
     row = serve_bench.load(url, "course-llama", clients=8, requests=50, tokens=8)
     assert row["requests"] == 400 and row["failed"] == 0, row
     assert row["tokens"] == 400 * 8, row
+
+
+@pytest.mark.serve
+def test_the_course_gpt2_served_on_step_25_gives_hugging_faces_greedy_tokens(gpt2_server):
+    """`serve --model course`: the course's GPT-2 on MAX's server through the course's architecture (step 25's
+    ragged batch and paged attention): the `openai` client's greedy completions equal Hugging Face generate's on
+    the original folder for the three prompts, asked one at a time, and again for eight prompts asked at once
+    (one batch: prompts of different lengths prefilling beside sequences decoding)"""
+    import openai
+    from concurrent.futures import ThreadPoolExecutor
+
+    url, log = gpt2_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=300)
+    folder = checkpoints.find("course").folder
+
+    def ask(prompt: str) -> str:
+        return client.completions.create(model="course", prompt=prompt, max_tokens=TOKENS,
+                                         temperature=0).choices[0].text
+
+    for prompt in PROMPTS:
+        assert ask(prompt) == _hugging_faces(folder, prompt), prompt
+    together = [*PROMPTS, "A", "The cache keeps every", "We", "Once upon a time, in a land far away, there", "It"]
+    with ThreadPoolExecutor(len(together)) as pool:
+        answers = list(pool.map(ask, together))
+    wrong = [(p, a) for p, a in zip(together, answers) if a != _hugging_faces(folder, p)]
+    assert not wrong, f"{len(wrong)} of {len(together)} prompts asked at once differ from Hugging Face: {wrong}"
+    assert f"serve: course answers at {url}/v1" in log.read_text()

@@ -1,7 +1,9 @@
 """Serve a course model with MAX's own server (``max serve``), offline, on this machine.
 
     pixi run serve                               # the course's Llama at http://127.0.0.1:8000/v1
-    pixi run serve --model DIR --port 8001       # a Llama-family folder of your own
+    pixi run serve --model course                # the course's GPT-2, on step 25's code
+    pixi run serve --model course --target steps # ... on yours
+    pixi run serve --model DIR --port 8001       # a folder of your own (GPT-2 or the Llama family)
     python -m course.programs.serve              # the same, without pixi (the `serve` extra installed)
 
 Any OpenAI client then talks to it, for example::
@@ -13,7 +15,8 @@ MAX on the CPU reads float32 weights (or GGUF blocks), and its tokenizer from ``
 folders store float16 and GPT-2's ``vocab.json``/``merges.txt``. So the first start writes a served copy of the
 folder (:func:`prepare`: float32, the tokenizer's files, the same config) under the course's cache, once per
 checkpoint, and never touches the original. A Llama-family checkpoint runs on MAX's own Llama architecture.
-GPT-2 needs an architecture of the course's own for MAX (Part III's work): it is refused, with that reason.
+GPT-2, which MAX has no architecture for, runs on the course's (:mod:`course.architectures`, step 25's model):
+the solutions' code by default, the learner's with ``--target steps``.
 
 Batching is on (``--max-batch-size``; MAX's default on the CPU serves one request at a time), MAX's telemetry
 is off, since the course runs offline, and MAX's server listens on a port of this machine's own: in front of it,
@@ -37,6 +40,7 @@ import urllib.request
 from pathlib import Path
 
 from course import checkpoints
+from course.outline import ROOT, STEPS
 
 #: What MAX's server needs set to run offline: no Hub lookups, no telemetry host (it retries it, and logs each try).
 OFFLINE = {"HF_HUB_OFFLINE": "1", "MAX_SERVE_DISABLE_TELEMETRY": "1"}
@@ -111,11 +115,36 @@ def prepare(checkpoint: checkpoints.Checkpoint, root: Path | None = None) -> Pat
     return folder
 
 
-def command(folder: Path, host: str, port: int, batch: int, name: str) -> list[str]:
-    """``max serve`` for a served copy: MAX's CPU, float32, batching on, listening on ``host``:``port``."""
+#: What ``max serve --custom-architectures`` takes for the course's GPT-2: the course's root, and the module.
+ARCHITECTURES = f"{ROOT}:course.architectures"
+
+
+def command(folder: Path, host: str, port: int, batch: int, name: str, family: str = "llama") -> list[str]:
+    """``max serve`` for a served copy: MAX's CPU, float32, batching on, listening on ``host``:``port``; GPT-2 on
+    the course's architecture."""
     maxs = shutil.which("max", path=str(Path(sys.executable).parent)) or shutil.which("max") or "max"
+    extra = ["--custom-architectures", ARCHITECTURES] if family == "gpt2" else []
     return [maxs, "serve", "--model-path", str(folder), "--served-model-name", name, "--devices", "cpu",
-            "--quantization-encoding", "float32", "--max-batch-size", str(batch), "--host", host, "--port", str(port)]
+            "--quantization-encoding", "float32", "--max-batch-size", str(batch), "--host", host, "--port", str(port),
+            *extra]
+
+
+def whose_code(target: str, steps_dir: Path) -> dict[str, str]:
+    """The environment that makes MAX's workers import step 25 from the learner's folder (``--target steps``); Stop
+    if a step it runs on still has a stub."""
+    if target == "solutions":
+        return {}
+    from course.architectures import STEPS_VARIABLE
+    from course.authoring.render import unfinished
+
+    folder = steps_dir.resolve()
+    left = unfinished(folder, [*range(1, 15), 25])
+    if left:
+        todo = ", ".join(f"step {n:02d} (TODO {', '.join(map(str, t)) or 'the file is missing'})"
+                         for n, t in left.items())
+        raise Stop(f"your GPT-2 is not finished in {folder.name}/: {todo}; check each with `pixi run sNN`, or serve "
+                   f"the course's code (leave out --target steps)")
+    return {STEPS_VARIABLE: str(folder)}
 
 
 def ready(url: str, process: subprocess.Popen | None = None, timeout: float = 900.0) -> float:
@@ -146,14 +175,14 @@ def free_port() -> int:
 
 def served(folder: Path, name: str):
     """What the front door checks requests against (:class:`course.programs.front.Served`), from the served copy:
-    the name, the vocabulary, the context (``max_position_embeddings``) and the tokenizer's count of a text."""
+    the name, the vocabulary, the context (``max_position_embeddings``, GPT-2's ``n_positions``) and the tokenizer's count of a text."""
     from transformers import AutoTokenizer
 
     from course.programs import front
 
     config = json.loads((folder / checkpoints.CONFIG).read_text(encoding="utf-8"))
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    return front.Served(name, int(config["vocab_size"]), int(config["max_position_embeddings"]),
+    return front.Served(name, int(config["vocab_size"]), int(config.get("max_position_embeddings") or config["n_positions"]),
                         lambda text: len(tokenizer(text)["input_ids"]))
 
 
@@ -220,7 +249,11 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="serve", description="Serve a course model with MAX's server (max serve), "
                                 "offline, as an OpenAI-compatible API.")
     p.add_argument("--model", default=checkpoints.COURSE_LLAMA_NAME,
-                   help="course-llama (the default), or a Llama-family folder or Hub id, as main takes it")
+                   help="course-llama (the default), course (the course's GPT-2), or a folder or Hub id, as main "
+                   "takes it")
+    p.add_argument("--target", choices=["solutions", "steps"], default="solutions",
+                   help="GPT-2 only: whose step 25 runs (default solutions; steps: yours)")
+    p.add_argument("--steps-dir", type=Path, default=STEPS, help="the learner's folder for --target steps")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine)")
     p.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
     p.add_argument("--max-batch-size", type=int, default=8,
@@ -242,11 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stopped)
     try:
         checkpoint = checkpoints.find(args.model)
-        if checkpoint.family != "llama":
-            raise Stop(f"{args.model} is a GPT-2 checkpoint; MAX's server has no GPT-2 architecture and the course's "
-                       f"own is Part III's work, not written yet: serve a Llama-family model (--model "
-                       f"{checkpoints.COURSE_LLAMA_NAME})")
-        checkpoint.config_of("llama")
+        family = checkpoint.family
+        checkpoint.config_of(family)
+        code = whose_code(args.target, args.steps_dir) if family == "gpt2" else {}
         if args.max_batch_size < 1:
             raise Stop(f"--max-batch-size {args.max_batch_size}: at least 1 request is decoded at a time")
         started = time.perf_counter()
@@ -256,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.prepare_only:
             return 0
         behind = free_port()
-        run = command(folder, "127.0.0.1", behind, args.max_batch_size, args.model)
+        run = command(folder, "127.0.0.1", behind, args.max_batch_size, args.model, family)
         print(f"serve: {' '.join(run)}", flush=True)
-        process = start(run, env={**os.environ, **OFFLINE})
+        process = start(run, env={**os.environ, **OFFLINE, **code})
         try:
             seconds = ready(f"http://127.0.0.1:{behind}", process)
             return front_door(served(folder, args.model), process, behind, args.host, args.port, seconds)
