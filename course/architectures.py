@@ -1,20 +1,21 @@
-"""The course's GPT-2 as an architecture of MAX's server: what ``max serve --custom-architectures`` imports.
+"""The course's models as architectures of MAX's server: what ``max serve --custom-architectures`` imports.
 
 MAX's server knows a checkpoint by ``config.json``'s ``architectures[0]`` and looks that name up among the
-architectures it was given. An architecture is four things, all here:
+architectures it was given. An architecture is four things, all here, for GPT-2 (step 25) and the Llama
+(step 26):
 
-* a config (:class:`GPT2ServeConfig`): the sizes the graph is built with, and the KV cache MAX must allocate for
-  it (one key/value head a query head; ``head_dim`` = ``n_embd / n_head``; ``n_layer`` layers; float32 on the CPU);
-* a pipeline model (:class:`GPT2PipelineModel`): loads the checkpoint's weights, builds the model under
-  ``F.lazy()`` and compiles it for MAX's inputs: ``tokens [N]``, ``return_n_logits``, ``input_row_offsets [B + 1]``
-  and the paged cache's tensors;
+* a config (:class:`ServeConfig`): the learner's config read from config.json, and the KV cache MAX must allocate
+  for it (GPT-2: one key/value head a query head; the Llama: its key/value heads; float32 on the CPU);
+* a pipeline model (:class:`CoursePipelineModel`): loads the checkpoint's weights through the learner's weights
+  step (14's or 23's ``convert``), builds the served model under ``F.lazy()`` and compiles it for MAX's inputs:
+  ``tokens [N]``, ``return_n_logits``, ``input_row_offsets [B + 1]`` and the paged cache's tensors;
 * the batch of inputs: MAX's ragged batch processor, the same one its own Llama uses;
-* the registration (:data:`ARCHITECTURES`): the name, the tokenizer and the weight adapter, which runs the
-  learner's step-14 ``convert`` on the checkpoint (names and Conv1D layouts).
+* the registration (:func:`architecture`): the name, the tokenizer, the memory planner.
 
-The model itself is step 25's ``ServedGPT2``, imported from the folder in ``$COURSE_SERVE_STEPS`` (the learner's
-``steps/``), else from ``solutions/``: MAX's server runs its model in worker processes, and they inherit the
-variable. ``pixi run serve --model course`` passes this module to ``max serve``.
+The served models are imported from the folder in ``$COURSE_SERVE_STEPS`` (the learner's ``steps/``), else from
+``solutions/``: MAX's server runs its model in worker processes, and they inherit the variable.
+``pixi run serve --model course`` passes this module to ``max serve``; ``--llama course`` passes
+:mod:`course.llama_architecture`.
 """
 
 from __future__ import annotations
@@ -43,10 +44,22 @@ from max.pipelines.modeling.types import PipelineTask
 from course.outline import SOLUTIONS, step_path
 from course.paged import PagedCache
 
-#: The variable that names the folder step 25 and the steps under it are imported from.
+#: The variable that names the folder the served steps and the steps under them are imported from.
 STEPS_VARIABLE = "COURSE_SERVE_STEPS"
-#: Step 25: the served model; step 14: the weights' names and layouts; step 01: the config.
-SERVED, WEIGHTS, CONFIG = 25, 14, 1
+
+
+@dataclass(frozen=True)
+class Family:
+    """Where a served family's code lives: the steps of its config, its weights and its served model."""
+
+    config_step: int
+    weights_step: int
+    served_step: int
+    model_class: str
+
+
+GPT2 = Family(config_step=1, weights_step=14, served_step=25, model_class="ServedGPT2")
+LLAMA = Family(config_step=17, weights_step=23, served_step=26, model_class="ServedLlama")
 
 
 def steps_folder() -> Path:
@@ -64,45 +77,76 @@ def lesson(number: int):
 
 
 @dataclass(kw_only=True)
-class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
-    """What the graph is built with: the learner's GPT2Config, the dtype, the devices and the cache's sizes."""
+class ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
+    """What the graph is built with: the learner's config (step 01's or step 17's, read from config.json by the
+    weights step's ``config_from_json``), the dtype, the devices and the cache's sizes."""
 
     DEFAULT_ENCODING: ClassVar[str] = "float32"
     SUPPORTED_ENCODINGS: ClassVar[set[str]] = {"float32"}
+    FAMILY: ClassVar[Family]
 
-    gpt2: Any
+    model_config: Any
     dtype: DType
     max_seq_len: int
     kv_params: KVCacheParams
     devices: list[DeviceRef]
 
     @classmethod
-    def construct_kv_params(cls, huggingface_config, pipeline_config, devices, kv_cache_config, cache_dtype,
-                            **_: Any) -> KVCacheParams:
-        """GPT-2 caches every head: as many key/value heads as query heads, ``n_embd / n_head`` wide."""
-        return kv_cache_config.to_params(
-            dtype=cache_dtype, n_kv_heads=huggingface_config.n_head,
-            head_dim=huggingface_config.n_embd // huggingface_config.n_head, num_layers=huggingface_config.n_layer,
-            devices=devices, data_parallel_degree=pipeline_config.model.data_parallel_degree)
+    def heads(cls, config) -> tuple[int, int, int]:
+        """The cache's (key/value heads, head_dim, layers) for the learner's ``config``."""
+        raise NotImplementedError
 
     @classmethod
-    def initialize(cls, pipeline_config, model_config=None, *, max_seq_len: int) -> GPT2ServeConfig:
+    def learner_config(cls, huggingface_config):
+        return lesson(cls.FAMILY.weights_step).config_from_json(huggingface_config.to_dict())
+
+    @classmethod
+    def construct_kv_params(cls, huggingface_config, pipeline_config, devices, kv_cache_config, cache_dtype,
+                            **_: Any) -> KVCacheParams:
+        kv_heads, head_dim, layers = cls.heads(cls.learner_config(huggingface_config))
+        return kv_cache_config.to_params(dtype=cache_dtype, n_kv_heads=kv_heads, head_dim=head_dim, num_layers=layers,
+                                         devices=devices,
+                                         data_parallel_degree=pipeline_config.model.data_parallel_degree)
+
+    @classmethod
+    def initialize(cls, pipeline_config, model_config=None, *, max_seq_len: int) -> ServeConfig:
         model_config = model_config or pipeline_config.model
         hf = model_config.huggingface_config
         devices = [DeviceRef(spec.device_type, spec.id) for spec in model_config.device_specs]
-        return cls(gpt2=lesson(WEIGHTS).config_from_json(hf.to_dict()), dtype=DType.float32, max_seq_len=max_seq_len,
+        return cls(model_config=cls.learner_config(hf), dtype=DType.float32, max_seq_len=max_seq_len,
                    kv_params=cls.construct_kv_params(hf, pipeline_config, devices, model_config.kv_cache,
                                                      DType.float32),
                    devices=devices)
 
 
-def served_model_class():
-    """Step 25's ``ServedGPT2`` under a root that takes MAX's inputs as the compiled graph receives them."""
-    served = lesson(SERVED).ServedGPT2
+class GPT2ServeConfig(ServeConfig):
+    """GPT-2 caches every head: as many key/value heads as query heads, ``n_embd / n_head`` wide."""
+
+    FAMILY = GPT2
+
+    @classmethod
+    def heads(cls, config) -> tuple[int, int, int]:
+        return config.n_head, config.n_embd // config.n_head, config.n_layer
+
+
+class LlamaServeConfig(ServeConfig):
+    """The Llama caches its key/value heads only (grouped-query attention)."""
+
+    FAMILY = LLAMA
+
+    @classmethod
+    def heads(cls, config) -> tuple[int, int, int]:
+        return config.num_key_value_heads, config.head_dim, config.num_hidden_layers
+
+
+def served_model_class(family: Family):
+    """The family's served model (step 25's or 26's) under a root that takes MAX's inputs as the compiled graph
+    receives them."""
+    served = getattr(lesson(family.served_step), family.model_class)
 
     class Root(served):
-        def __init__(self, config: GPT2ServeConfig):
-            super().__init__(config.gpt2)
+        def __init__(self, config: ServeConfig):
+            super().__init__(config.model_config)
             self._kv_params = config.kv_params
 
         def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
@@ -116,49 +160,58 @@ def served_model_class():
     return Root
 
 
-class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
-    """Loads, builds and compiles step 25's model for MAX's server."""
+class CoursePipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
+    """Loads the checkpoint through the learner's weights step, builds the served model and compiles it."""
 
-    model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
     batch_processor_cls: ClassVar[type[Any]] = Llama3ModuleV3BatchProcessor
 
-    def _create_model_config(self, state_dict: dict[str, Any]) -> GPT2ServeConfig:
+    def _load_state_dict(self) -> dict[str, np.ndarray]:
+        """The checkpoint's tensors as the learner's model names and lays them out (step 14's or 23's
+        ``convert``)."""
+        config_cls = type(self).model_config_cls
+        arrays = {name: np.from_dlpack(weights.data().data) for name, weights in self.weights.items()}
+        convert = lesson(config_cls.FAMILY.weights_step).convert
+        if config_cls.FAMILY is LLAMA:
+            state = convert(arrays, self.arch_config.model_config)
+        else:
+            state = convert(arrays)
+        return {name: np.ascontiguousarray(value) for name, value in state.items()}
+
+    def _create_model_config(self, state_dict: dict[str, Any]) -> ServeConfig:
         del state_dict
-        return GPT2ServeConfig.initialize(self.pipeline_config, max_seq_len=self.max_seq_len)
+        return self.arch_config
 
     def _module_default_dtype(self, state_dict, model_config) -> DType:
         return DType.float32
 
-    def _instantiate_module(self, model_config: GPT2ServeConfig):
-        model = served_model_class()(model_config)
+    def _instantiate_module(self, model_config: ServeConfig):
+        model = served_model_class(model_config.FAMILY)(model_config)
         model.to(self.devices[0])
         return model
 
 
-def convert_weights(state_dict: dict[str, Any], **_: Any) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors as the learner's model names and lays them out (step 14's ``convert``)."""
-    arrays = {name: np.from_dlpack(weights.data().data) for name, weights in state_dict.items()}
-    return {name: np.ascontiguousarray(value) for name, value in lesson(WEIGHTS).convert(arrays).items()}
+class GPT2PipelineModel(CoursePipelineModel):
+    model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
 
 
-gpt2_architecture = SupportedArchitecture(
-    name="GPT2LMHeadModel",
-    example_repo_ids=["openai-community/gpt2"],
-    default_encoding="float32",
-    supported_encodings={"float32"},
-    pipeline_model=GPT2PipelineModel,
-    tokenizer=TextTokenizer,
-    context_type=TextContext,
-    default_weights_format=WeightsFormat.safetensors,
-    multi_gpu_supported=False,
-    weight_adapters={WeightsFormat.safetensors: convert_weights},
-    task=PipelineTask.TEXT_GENERATION,
-    config=GPT2ServeConfig,
-    batching=Llama3ModuleV3BatchProcessor,
-    memory_planner=PagedMemoryPlanner,
-    supports_overlap_scheduler=False,
-    supports_device_graph_capture=False,
-)
+class LlamaPipelineModel(CoursePipelineModel):
+    model_config_cls: ClassVar[type[Any]] = LlamaServeConfig
 
-#: What ``max serve --custom-architectures`` reads.
+
+def architecture(name: str, pipeline_model, config) -> SupportedArchitecture:
+    """A registration: ``name`` is what config.json's ``architectures[0]`` must say."""
+    return SupportedArchitecture(
+        name=name, example_repo_ids=[], default_encoding="float32", supported_encodings={"float32"},
+        pipeline_model=pipeline_model, tokenizer=TextTokenizer, context_type=TextContext,
+        default_weights_format=WeightsFormat.safetensors, multi_gpu_supported=False,
+        task=PipelineTask.TEXT_GENERATION, config=config, batching=Llama3ModuleV3BatchProcessor,
+        memory_planner=PagedMemoryPlanner, supports_overlap_scheduler=False, supports_device_graph_capture=False)
+
+
+gpt2_architecture = architecture("GPT2LMHeadModel", GPT2PipelineModel, GPT2ServeConfig)
+#: Registered under MAX's own Llama's name: in a server given it, the course's Llama replaces MAX's.
+llama_architecture = architecture("LlamaForCausalLM", LlamaPipelineModel, LlamaServeConfig)
+
+#: What ``max serve --custom-architectures ROOT:course.architectures`` reads: GPT-2 only, so that a Llama still
+#: runs on MAX's own (``course.llama_architecture`` has the course's Llama).
 ARCHITECTURES = [gpt2_architecture]

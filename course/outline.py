@@ -59,6 +59,7 @@ OUTLINE = {
     24: "Llama generation and its KV cache",
     # Part III · serving.
     25: "serving: a ragged batch on a paged cache",
+    26: "serving the Llama: RoPE on a ragged batch",
 }
 
 #: The course's parts, by the step each starts at: a part runs to the step before the next part's

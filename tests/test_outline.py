@@ -35,7 +35,7 @@ def test_of_two_files_for_one_step_the_first_by_name_is_taken(tmp_path):
 
 
 def test_every_step_of_the_outline_is_available_in_order():
-    assert available() == sorted(OUTLINE) == list(range(1, 26))
+    assert available() == sorted(OUTLINE) == list(range(1, 27))
 
 
 @pytest.mark.parametrize("missing, package", [("max.engine", "max"), ("rich", "rich")])

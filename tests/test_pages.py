@@ -422,7 +422,7 @@ def test_the_readmes_speed_table_is_a_log_entrys():
 
 def test_the_parts_cover_the_outline():
     """PARTS starts at step 1 and splits OUTLINE into parts, Part II from step 17, Part III from step 25"""
-    assert [(part.first, part.last) for part in PARTS_LIST] == [(1, 16), (17, 24), (25, 25)], PARTS_LIST
+    assert [(part.first, part.last) for part in PARTS_LIST] == [(1, 16), (17, 24), (25, 26)], PARTS_LIST
     assert [part.label for part in PARTS_LIST] == ["Part I", "Part II", "Part III"]
     assert sum(part.size for part in PARTS_LIST) == len(OUTLINE)
 
@@ -471,11 +471,11 @@ def test_each_check_reports_drifted_text(check, text, reported):
 
 
 KEPT = [
-    (check_step_counts, "The course has 25 steps in three parts. Part I's sixteen steps build GPT-2."),
+    (check_step_counts, "The course has 26 steps in three parts. Part I's sixteen steps build GPT-2."),
     (check_step_counts, "the loss of every batch and, every 50 steps, the loss on the held-out tenth"),
     (check_step_counts, "380 steps of GPT-2 small's sizes; three steps of `train()` redone by hand"),
     (check_step_counts, "Part II's eight steps build a Llama."),
-    (check_task_ranges, "`pixi run s01` … `pixi run s25` check one step (Part I is `s01` … `s16`, Part II `s17` … `s24`)"),
+    (check_task_ranges, "`pixi run s01` … `pixi run s26` check one step (Part I is `s01` … `s16`, Part II `s17` … `s24`)"),
     (check_task_ranges, "| s17–s20 | 6.7–7.5 s |"),
     (check_unfinished, "**Part II, the Llama family** (steps 17–24) rebuilds the model"),
     (check_kernels, "`one_row.mojo` streams a band of rows; `attention.mojo` reads the cache once."),

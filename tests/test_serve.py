@@ -104,6 +104,8 @@ def test_the_command_listens_on_this_machine_with_batching_on_and_telemetry_off(
     gpt2 = serve.command(Path("/served/gpt2"), "127.0.0.1", 8123, 4, "course", "gpt2")
     assert gpt2[:len(line)] == line[:3] + ["/served/gpt2", "--served-model-name", "course"] + line[6:], gpt2
     assert gpt2[len(line):] == ["--custom-architectures", f"{ROOT}:course.architectures"], gpt2
+    ours = serve.command(Path("/served/llama"), "127.0.0.1", 8123, 4, "course-llama", "llama", "course")
+    assert ours == line + ["--custom-architectures", f"{ROOT}:course.llama_architecture"], ours
 
 
 def test_the_learners_gpt2_is_served_from_their_folder(tmp_path):
@@ -126,6 +128,7 @@ def test_the_learners_gpt2_is_served_from_their_folder(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--model", "course", "--target", "steps"], "serve: your GPT-2 is not finished in steps/: step 01 (TODO 1"),
+    (["--llama", "course", "--target", "steps"], "serve: your Llama is not finished in steps/: step 01 (TODO 1"),
     (["--max-batch-size", "0"], "serve: --max-batch-size 0: at least 1 request is decoded at a time"),
     (["--model", "/no/such/folder"], "serve: there is no folder /no/such/folder"),
 ])
@@ -134,6 +137,24 @@ def test_serve_refuses_in_one_line(argv, message, capsys):
     code = serve.main([*argv, "--prepare-only"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(message) and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_bench_serve_starts_each_server_once_a_round_and_reports_medians():
+    """bench --serve's servers: GPT-2 once, the Llama once on MAX's and once on the course's; a server's rows over
+    rounds: the median tok/s with every round's value, latencies pooled, requests and failures summed"""
+    from course.programs import serve_bench
+
+    assert serve_bench.servers(["course", "course-llama"], ["max", "course"]) == [
+        ("course", "max", "the course's step 25"), ("course-llama", "max", "MAX's Llama"),
+        ("course-llama", "course", "the course's step 26")]
+
+    def row(tok_s, latencies, failed=0):
+        return {"clients": 8, "requests": len(latencies) + failed, "tokens": 32, "tok_s": tok_s, "p50_s": 0, "p95_s": 0,
+                "failed": failed, "failures": ["lost"] * failed, "latencies": latencies}
+
+    merged = serve_bench.medians([[row(100.0, [0.1, 0.2])], [row(300.0, [0.3, 0.4], 1)], [row(200.0, [0.5, 0.6])]])
+    assert merged == [{"clients": 8, "requests": 7, "tokens": 96, "tok_s": 200.0, "rounds_tok_s": [100.0, 300.0, 200.0],
+                       "p50_s": 0.4, "p95_s": 0.6, "failed": 1, "failures": ["lost"]}], merged
 
 
 def test_a_server_that_exits_early_is_said_and_one_that_never_answers_times_out():
@@ -267,6 +288,12 @@ def gpt2_server(tmp_path_factory):
     yield from _server(tmp_path_factory, ["--model", "course"])
 
 
+@pytest.fixture(scope="module")
+def course_llama_server(tmp_path_factory):
+    """`serve --llama course`: the course's Llama on step 26's code, registered over MAX's own Llama."""
+    yield from _server(tmp_path_factory, ["--llama", "course"])
+
+
 def _server(tmp_path_factory, argv: list[str]):
     pytest.importorskip("openai", reason="the `serve` extra (pip install -e '.[serve]') has the OpenAI client")
     tmp = tmp_path_factory.mktemp("serve")
@@ -377,28 +404,54 @@ def test_eight_clients_of_fifty_requests_lose_nothing(llama_server):
     assert row["tokens"] == 400 * 8, row
 
 
-@pytest.mark.serve
-def test_the_course_gpt2_served_on_step_25_gives_hugging_faces_greedy_tokens(gpt2_server):
-    """`serve --model course`: the course's GPT-2 on MAX's server through the course's architecture (step 25's
-    ragged batch and paged attention): the `openai` client's greedy completions equal Hugging Face generate's on
-    the original folder for the three prompts, asked one at a time, and again for eight prompts asked at once
-    (one batch: prompts of different lengths prefilling beside sequences decoding)"""
+#: Eight prompts asked at once: one batch, prompts of different lengths prefilling beside sequences decoding.
+TOGETHER = (*PROMPTS, "A", "The cache keeps every", "We", "Once upon a time, in a land far away, there", "It")
+
+
+def _served_greedily_as_elsewhere(url: str, name: str, model: str) -> None:
+    """The `openai` client's greedy completions from the server at ``url`` (serving ``model`` as ``name``) equal
+    Hugging Face generate's on the original folder for PROMPTS one at a time and for TOGETHER asked at once, and
+    `main --json`'s for the first prompt."""
     import openai
     from concurrent.futures import ThreadPoolExecutor
 
-    url, log = gpt2_server
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=300)
-    folder = checkpoints.find("course").folder
+    folder = checkpoints.find(model).folder
 
     def ask(prompt: str) -> str:
-        return client.completions.create(model="course", prompt=prompt, max_tokens=TOKENS,
-                                         temperature=0).choices[0].text
+        return client.completions.create(model=name, prompt=prompt, max_tokens=TOKENS, temperature=0).choices[0].text
 
     for prompt in PROMPTS:
         assert ask(prompt) == _hugging_faces(folder, prompt), prompt
-    together = [*PROMPTS, "A", "The cache keeps every", "We", "Once upon a time, in a land far away, there", "It"]
-    with ThreadPoolExecutor(len(together)) as pool:
-        answers = list(pool.map(ask, together))
-    wrong = [(p, a) for p, a in zip(together, answers) if a != _hugging_faces(folder, p)]
-    assert not wrong, f"{len(wrong)} of {len(together)} prompts asked at once differ from Hugging Face: {wrong}"
+    with ThreadPoolExecutor(len(TOGETHER)) as pool:
+        answers = list(pool.map(ask, TOGETHER))
+    wrong = [(p, a) for p, a in zip(TOGETHER, answers) if a != _hugging_faces(folder, p)]
+    assert not wrong, f"{len(wrong)} of {len(TOGETHER)} prompts asked at once differ from Hugging Face: {wrong}"
+    assert ask(PROMPTS[0]) == _mains(model, PROMPTS[0])
+
+
+def _mains(model: str, prompt: str) -> str:
+    """`main --json`'s greedy continuation of ``prompt`` on ``model`` (TOKENS tokens), in a process of its own."""
+    run = subprocess.run([sys.executable, "-m", "course.programs.generate", "--target", "solutions", "--model", model,
+                          "--prompt", prompt, "--max-new-tokens", str(TOKENS), "--temperature", "0", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(run.stdout.strip().splitlines()[-1])["text"]
+
+
+@pytest.mark.serve
+def test_the_course_gpt2_served_on_step_25_gives_hugging_faces_greedy_tokens(gpt2_server):
+    """`serve --model course`: the course's GPT-2 on MAX's server through the course's architecture (step 25's
+    ragged batch and paged attention): greedy completions equal Hugging Face's and main's, one prompt at a time and
+    eight at once"""
+    url, log = gpt2_server
+    _served_greedily_as_elsewhere(url, "course", "course")
     assert f"serve: course answers at {url}/v1" in log.read_text()
+
+
+@pytest.mark.serve
+def test_the_course_llama_served_on_step_26_gives_hugging_faces_greedy_tokens(course_llama_server):
+    """`serve --llama course`: the course's Llama on MAX's server through step 26's code, registered under MAX's
+    own Llama's name: greedy completions equal Hugging Face's and main's, one prompt at a time and eight at once"""
+    url, log = course_llama_server
+    _served_greedily_as_elsewhere(url, "course-llama", checkpoints.COURSE_LLAMA_NAME)
+    assert f"--custom-architectures {ROOT}:course.llama_architecture" in log.read_text()

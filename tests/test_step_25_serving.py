@@ -75,31 +75,32 @@ def test_ragged_positions(step):
             fail(f"{what}: {reason} — {todo_in(fn)}")
 
 
-class _Runner:
-    """The learner's ServedGPT2 compiled on a page pool, beside the Hugging Face model with the same weights."""
+class Runner:
+    """The learner's served model compiled on a page pool, beside the Hugging Face model with the same weights."""
 
-    def __init__(self, step, monkeypatch):
+    def __init__(self, step, monkeypatch, classes: tuple[str, str], reference, config, heads: tuple[int, int, int],
+                 model: str = "GPT-2"):
         from course.paged import PagePool, RaggedRunner
 
-        self.reference = GPT2LMHeadModel.from_pretrained(str(COURSE_MODEL), dtype=torch.float32).eval()
-        hf = self.reference.config
-        config = solution(1).GPT2Config.from_hf(hf)
-        self._guard(step, monkeypatch)
-        model = build(attribute(step, "ServedGPT2"), config)
-        load_weights(model, to_max_state(self.reference))
-        pool = PagePool.for_model(hf.n_head, hf.n_embd // hf.n_head, hf.n_layer, pages=40, page_size=PAGE)
+        self.reference = reference
+        self._guard(step, monkeypatch, classes)
+        state = to_max_state(reference)
+        served = build(attribute(step, classes[-1]), config)
+        load_weights(served, state, model=model)
+        kv_heads, head_dim, layers = heads
+        self.pool = PagePool.for_model(kv_heads, head_dim, layers, pages=40, page_size=PAGE)
         try:
-            self.runner = RaggedRunner(model, pool, {k: v for k, v in to_max_state(self.reference).items()})
+            self.runner = RaggedRunner(served, self.pool, state)
         except Exception as error:  # noqa: BLE001 - the learner's graph did not build
             from course.check.hints import explain_exception
 
-            fail(f"step 25's model did not compile for a ragged batch: {explain_exception(error, step.__file__)}")
-        self.pool = pool
+            fail(f"step {step.__name__[5:7]}'s model did not compile for a ragged batch: "
+                 f"{explain_exception(error, step.__file__)}")
 
     @staticmethod
-    def _guard(step, monkeypatch):
+    def _guard(step, monkeypatch, classes):
         """The learner's classes, each forward's None named with its TODO while the graph is traced."""
-        for name in ("PagedSelfAttention", "ServedGPT2"):
+        for name in classes:
             cls = attribute(step, name)
             original = cls.forward
 
@@ -118,8 +119,37 @@ class _Runner:
 
 @pytest.fixture
 def runner(step):
+    reference = GPT2LMHeadModel.from_pretrained(str(COURSE_MODEL), dtype=torch.float32).eval()
+    hf = reference.config
     with pytest.MonkeyPatch.context() as monkeypatch:
-        yield _Runner(step, monkeypatch)
+        yield Runner(step, monkeypatch, ("PagedSelfAttention", "ServedGPT2"), reference,
+                     solution(1).GPT2Config.from_hf(hf), (hf.n_head, hf.n_embd // hf.n_head, hf.n_layer))
+
+
+def requests_come_and_go(runner: Runner, vocab: int) -> None:
+    """Three prompts (7, 1 and 10 tokens) prefilled in one batch, then six decode steps: a fourth request joins at
+    the third, one leaves at the fifth; after every pass each sequence's logits are the reference's."""
+    rng = np.random.default_rng(25)
+    texts = {name: rng.integers(0, vocab, size).tolist() for name, size in (("a", 7), ("b", 1), ("c", 10))}
+    batch = dict(texts)
+    for step in range(7):
+        what = f"pass {step} ({', '.join(f'{k}: {len(v)} new' for k, v in batch.items())})"
+        logits = runner.runner.run(batch)
+        if logits.shape[0] != len(batch):
+            fail(f"{what}: the served model returned {logits.shape[0]} rows for {len(batch)} sequences; it returns "
+                 f"one row a sequence, its last token's (rows offsets[1:] - 1) — TODO 3")
+        for row, name in enumerate(batch):
+            assert_close(logits[row], runner.expected(texts[name]), f"{what}, sequence {name!r}'s next-token logits")
+        batch = {name: [int(rng.integers(0, vocab))] for name in texts}
+        for name, ids in batch.items():
+            texts[name] = texts[name] + ids
+        if step == 2:
+            batch["d"] = rng.integers(0, vocab, 5).tolist()
+            texts["d"] = list(batch["d"])
+        if step == 4:
+            runner.pool.release("b")
+            del texts["b"], batch["b"]
+    assert set(runner.pool.tables) == {"a", "c", "d"}, runner.pool.tables
 
 
 def test_a_ragged_batch_on_pages_matches_hugging_face_as_requests_come_and_go(runner):
@@ -128,24 +158,4 @@ def test_a_ragged_batch_on_pages_matches_hugging_face_as_requests_come_and_go(ru
     Three prompts (7, 1 and 10 tokens) prefilled in one batch, then six decode steps: a fourth request joins at the
     third (its prompt prefilled beside the others' single tokens), one leaves at the fifth (its pages go back to
     the pool)."""
-    rng = np.random.default_rng(25)
-    texts = {name: rng.integers(0, VOCAB, size).tolist() for name, size in (("a", 7), ("b", 1), ("c", 10))}
-    batch = dict(texts)
-    for step in range(7):
-        what = f"pass {step} ({', '.join(f'{k}: {len(v)} new' for k, v in batch.items())})"
-        logits = runner.runner.run(batch)
-        if logits.shape[0] != len(batch):
-            fail(f"{what}: ServedGPT2 returned {logits.shape[0]} rows for {len(batch)} sequences; it returns one "
-                 f"row a sequence, its last token's (rows offsets[1:] - 1) — TODO 3")
-        for row, name in enumerate(batch):
-            assert_close(logits[row], runner.expected(texts[name]), f"{what}, sequence {name!r}'s next-token logits")
-        batch = {name: [int(rng.integers(0, VOCAB))] for name in texts}
-        for name, ids in batch.items():
-            texts[name] = texts[name] + ids
-        if step == 2:
-            batch["d"] = rng.integers(0, VOCAB, 5).tolist()
-            texts["d"] = list(batch["d"])
-        if step == 4:
-            runner.pool.release("b")
-            del texts["b"], batch["b"]
-    assert set(runner.pool.tables) == {"a", "c", "d"}, runner.pool.tables
+    requests_come_and_go(runner, VOCAB)

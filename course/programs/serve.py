@@ -3,6 +3,7 @@
     pixi run serve                               # the course's Llama at http://127.0.0.1:8000/v1
     pixi run serve --model course                # the course's GPT-2, on step 25's code
     pixi run serve --model course --target steps # ... on yours
+    pixi run serve --llama course                # the course's Llama on step 26's code, not MAX's Llama
     pixi run serve --model DIR --port 8001       # a folder of your own (GPT-2 or the Llama family)
     python -m course.programs.serve              # the same, without pixi (the `serve` extra installed)
 
@@ -15,8 +16,9 @@ MAX on the CPU reads float32 weights (or GGUF blocks), and its tokenizer from ``
 folders store float16 and GPT-2's ``vocab.json``/``merges.txt``. So the first start writes a served copy of the
 folder (:func:`prepare`: float32, the tokenizer's files, the same config) under the course's cache, once per
 checkpoint, and never touches the original. A Llama-family checkpoint runs on MAX's own Llama architecture.
-GPT-2, which MAX has no architecture for, runs on the course's (:mod:`course.architectures`, step 25's model):
-the solutions' code by default, the learner's with ``--target steps``.
+GPT-2, which MAX has no architecture for, runs on the course's (:mod:`course.architectures`, step 25's model),
+and so does a Llama with ``--llama course`` (step 26's, registered over MAX's own Llama): the solutions' code by
+default, the learner's with ``--target steps``.
 
 Batching is on (``--max-batch-size``; MAX's default on the CPU serves one request at a time), MAX's telemetry
 is off, since the course runs offline, and MAX's server listens on a port of this machine's own: in front of it,
@@ -115,35 +117,43 @@ def prepare(checkpoint: checkpoints.Checkpoint, root: Path | None = None) -> Pat
     return folder
 
 
-#: What ``max serve --custom-architectures`` takes for the course's GPT-2: the course's root, and the module.
-ARCHITECTURES = f"{ROOT}:course.architectures"
+#: What ``max serve --custom-architectures`` takes: the course's root, and the module, for the course's GPT-2 and
+#: for its Llama (registered over MAX's own).
+ARCHITECTURES = {"gpt2": f"{ROOT}:course.architectures", "llama": f"{ROOT}:course.llama_architecture"}
 
 
-def command(folder: Path, host: str, port: int, batch: int, name: str, family: str = "llama") -> list[str]:
+def command(folder: Path, host: str, port: int, batch: int, name: str, family: str = "llama",
+            llama: str = "max") -> list[str]:
     """``max serve`` for a served copy: MAX's CPU, float32, batching on, listening on ``host``:``port``; GPT-2 on
-    the course's architecture."""
+    the course's architecture, a Llama on MAX's (``llama="course"``: on the course's)."""
     maxs = shutil.which("max", path=str(Path(sys.executable).parent)) or shutil.which("max") or "max"
-    extra = ["--custom-architectures", ARCHITECTURES] if family == "gpt2" else []
+    ours = family == "gpt2" or llama == "course"
+    extra = ["--custom-architectures", ARCHITECTURES[family]] if ours else []
     return [maxs, "serve", "--model-path", str(folder), "--served-model-name", name, "--devices", "cpu",
             "--quantization-encoding", "float32", "--max-batch-size", str(batch), "--host", host, "--port", str(port),
             *extra]
 
 
-def whose_code(target: str, steps_dir: Path) -> dict[str, str]:
-    """The environment that makes MAX's workers import step 25 from the learner's folder (``--target steps``); Stop
-    if a step it runs on still has a stub."""
+#: The steps each family's served model imports: Part I and step 25 for GPT-2; the Llama adds Part II and step 26.
+SERVED_STEPS = {"gpt2": [*range(1, 15), 25], "llama": [*range(1, 15), *range(17, 24), 25, 26]}
+
+
+def whose_code(target: str, steps_dir: Path, family: str = "gpt2") -> dict[str, str]:
+    """The environment that makes MAX's workers import the served steps from the learner's folder (``--target
+    steps``); Stop if a step they run on still has a stub."""
     if target == "solutions":
         return {}
     from course.architectures import STEPS_VARIABLE
     from course.authoring.render import unfinished
 
     folder = steps_dir.resolve()
-    left = unfinished(folder, [*range(1, 15), 25])
+    left = unfinished(folder, SERVED_STEPS[family])
     if left:
         todo = ", ".join(f"step {n:02d} (TODO {', '.join(map(str, t)) or 'the file is missing'})"
                          for n, t in left.items())
-        raise Stop(f"your GPT-2 is not finished in {folder.name}/: {todo}; check each with `pixi run sNN`, or serve "
-                   f"the course's code (leave out --target steps)")
+        name = "GPT-2" if family == "gpt2" else "Llama"
+        raise Stop(f"your {name} is not finished in {folder.name}/: {todo}; check each with `pixi run sNN`, or "
+                   f"serve the course's code (leave out --target steps)")
     return {STEPS_VARIABLE: str(folder)}
 
 
@@ -251,8 +261,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=checkpoints.COURSE_LLAMA_NAME,
                    help="course-llama (the default), course (the course's GPT-2), or a folder or Hub id, as main "
                    "takes it")
+    p.add_argument("--llama", choices=["max", "course"], default="max",
+                   help="what a Llama runs on: MAX's own Llama architecture (the default) or the course's, step 26")
     p.add_argument("--target", choices=["solutions", "steps"], default="solutions",
-                   help="GPT-2 only: whose step 25 runs (default solutions; steps: yours)")
+                   help="whose code the course's architecture runs (GPT-2, or --llama course): the solutions "
+                   "(default) or yours in steps/")
     p.add_argument("--steps-dir", type=Path, default=STEPS, help="the learner's folder for --target steps")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine)")
     p.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
@@ -277,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = checkpoints.find(args.model)
         family = checkpoint.family
         checkpoint.config_of(family)
-        code = whose_code(args.target, args.steps_dir) if family == "gpt2" else {}
+        ours = family == "gpt2" or args.llama == "course"
+        code = whose_code(args.target, args.steps_dir, family) if ours else {}
         if args.max_batch_size < 1:
             raise Stop(f"--max-batch-size {args.max_batch_size}: at least 1 request is decoded at a time")
         started = time.perf_counter()
@@ -287,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.prepare_only:
             return 0
         behind = free_port()
-        run = command(folder, "127.0.0.1", behind, args.max_batch_size, args.model, family)
+        run = command(folder, "127.0.0.1", behind, args.max_batch_size, args.model, family, args.llama)
         print(f"serve: {' '.join(run)}", flush=True)
         process = start(run, env={**os.environ, **OFFLINE, **code})
         try:
