@@ -83,10 +83,12 @@ class PagePool:
     def for_model(cls, n_kv_heads: int, head_dim: int, n_layers: int, pages: int, page_size: int = 128) -> PagePool:
         """A float32 pool on the CPU for a model of these sizes, in pages of ``page_size`` tokens."""
         from max.graph import DeviceRef
-        from max.pipelines.kv_cache.config import KVCacheConfig
+        from max.nn.kv_cache.cache_params import MHAKVCacheParams
 
-        params = KVCacheConfig().to_params(dtype=DType.float32, n_kv_heads=n_kv_heads, head_dim=head_dim,
-                                           num_layers=n_layers, devices=[DeviceRef.CPU()], page_size=page_size)
+        # max.nn's own parameters, as MAX's server builds them (KVCacheConfig.to_params): max.pipelines would need
+        # the `serve` extra, and a step's check runs without it.
+        params = MHAKVCacheParams(dtype=DType.float32, n_kv_heads=n_kv_heads, head_dim=head_dim, num_layers=n_layers,
+                                  devices=[DeviceRef.CPU()], page_size=page_size)
         return cls(params, pages)
 
     def symbolic_inputs(self) -> list:

@@ -60,10 +60,10 @@ def ragged_positions(n_tokens, input_row_offsets: Tensor, cache_lengths: Tensor)
     # TODO 1: Find each token's sequence b (how many sequences end at or before it),
     #   then its position: what that sequence already has cached, plus how far the
     #   token is from the sequence's first new token.
-    # Hint: compare F.arange(0, n_tokens) [N, 1] with the ends, offsets[1:] [1, B]
-    #   (F.greater_equal), count along the sequences (F.sum of a cast), and look up
-    #   per-sequence values with F.gather. The offsets and lengths are uint32: cast to
-    #   int64 before subtracting.
+    # Hint: a token's sequence is the number of sequences that end at or before it: an
+    #   [N, B] comparison of the token indices with the ends offsets[1:], counted along B.
+    #   Look up F.greater_equal, F.sum and F.gather. The offsets and lengths are uint32:
+    #   cast to int64 before subtracting.
     # ANCHOR: positions_body | stub: return None
     index = F.arange(0, n_tokens, dtype=DType.int64)
     offsets = F.cast(input_row_offsets, DType.int64)

@@ -21,7 +21,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from course.outline import COURSE_LLAMA
 from course.runtime import from_numpy, to_numpy
-from harness import assert_close, attribute, call, fail, solution, todo_in
+from harness import Mistake, assert_close, attribute, call, fail, solution, todo_in
 from test_step_25_serving import BATCHES, Runner, _positions, requests_come_and_go
 
 pytestmark = pytest.mark.step26
@@ -53,7 +53,23 @@ def test_rope_at_each_tokens_position(step):
             if value.shape != want.shape:
                 fail(f"{what}: {name} is {list(value.shape)}, expected {list(want.shape)} ([N, 1, head_dim]: a row "
                      f"a token, an axis for the heads to broadcast over) — {todo_in(fn)}")
-            assert_close(value, want, f"{what}: {name}")
+        for which, (name, value) in enumerate((("cos", cos), ("sin", sin))):
+            assert_close(value, expected[which], f"{what}: {name}", step=step,
+                         mistakes=rope_mistakes(rotary, positions, expected, which))
+
+
+def rope_mistakes(rotary, positions: np.ndarray, expected: list[np.ndarray], which: int) -> list[Mistake]:
+    """The common wrong rows of cos (``which`` 0) or sin (1), from Hugging Face's rotary embedding."""
+    def first_rows() -> np.ndarray:
+        with torch.no_grad():
+            return rotary(torch.zeros(1), torch.arange(len(positions))[None])[which][0].numpy()[:, None, :]
+
+    return [
+        Mistake("the rows are the table's first N, positions 0 … N - 1: pick each token's row at its position", 1,
+                first_rows),
+        Mistake("cos and sin are swapped: return (cos, sin), as step 19's rope_tables does", 1,
+                lambda: expected[1 - which]),
+    ]
 
 
 @pytest.fixture
