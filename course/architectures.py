@@ -50,16 +50,15 @@ STEPS_VARIABLE = "COURSE_SERVE_STEPS"
 
 @dataclass(frozen=True)
 class Family:
-    """Where a served family's code lives: the steps of its config, its weights and its served model."""
+    """Where a served family's code lives: the step that reads its config and weights, and its served model."""
 
-    config_step: int
     weights_step: int
     served_step: int
     model_class: str
 
 
-GPT2 = Family(config_step=1, weights_step=14, served_step=25, model_class="ServedGPT2")
-LLAMA = Family(config_step=17, weights_step=23, served_step=26, model_class="ServedLlama")
+GPT2 = Family(weights_step=14, served_step=25, model_class="ServedGPT2")
+LLAMA = Family(weights_step=23, served_step=26, model_class="ServedLlama")
 
 
 def steps_folder() -> Path:
