@@ -41,11 +41,11 @@ from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache,
 from max.pipelines.lib.interfaces.arch_config import ArchConfigWithKVCache, ArchConfigWithStoredKVParams
 from max.pipelines.modeling.types import PipelineTask
 
-from course.outline import SOLUTIONS, step_path
+from course.outline import SERVE_STEPS_VARIABLE, SOLUTIONS, step_path
 from course.paged import PagedCache
 
 #: The variable that names the folder the served steps and the steps under them are imported from.
-STEPS_VARIABLE = "COURSE_SERVE_STEPS"
+STEPS_VARIABLE = SERVE_STEPS_VARIABLE
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ GPT2_TOKENIZER = ROOT / "course" / "gpt2-tokenizer"
 COURSE_MODEL = ROOT / "course" / "gpt2-book"
 #: Part II's own small Llama, trained the same way (``--family llama``); ``--model course-llama``.
 COURSE_LLAMA = ROOT / "course" / "llama-book"
+#: The variable that tells MAX's server workers whose steps to serve (``serve --target steps``: the learner's
+#: folder); course/architectures.py imports the served steps from it, else from SOLUTIONS.
+SERVE_STEPS_VARIABLE = "COURSE_SERVE_STEPS"
 
 
 

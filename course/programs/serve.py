@@ -42,7 +42,7 @@ import urllib.request
 from pathlib import Path
 
 from course import checkpoints
-from course.outline import ROOT, STEPS
+from course.outline import ROOT, SERVE_STEPS_VARIABLE, STEPS
 
 #: What MAX's server needs set to run offline: no Hub lookups, no telemetry host (it retries it, and logs each try).
 OFFLINE = {"HF_HUB_OFFLINE": "1", "MAX_SERVE_DISABLE_TELEMETRY": "1"}
@@ -143,7 +143,6 @@ def whose_code(target: str, steps_dir: Path, family: str = "gpt2") -> dict[str, 
     steps``); Stop if a step they run on still has a stub."""
     if target == "solutions":
         return {}
-    from course.architectures import STEPS_VARIABLE
     from course.authoring.render import unfinished
 
     folder = steps_dir.resolve()
@@ -154,7 +153,7 @@ def whose_code(target: str, steps_dir: Path, family: str = "gpt2") -> dict[str, 
         name = "GPT-2" if family == "gpt2" else "Llama"
         raise Stop(f"your {name} is not finished in {folder.name}/: {todo}; check each with `pixi run sNN`, or "
                    f"serve the course's code (leave out --target steps)")
-    return {STEPS_VARIABLE: str(folder)}
+    return {SERVE_STEPS_VARIABLE: str(folder)}
 
 
 def ready(url: str, process: subprocess.Popen | None = None, timeout: float = 900.0) -> float:
