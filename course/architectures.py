@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from max import tree
 from max.dtype import DType
 from max.experimental.tensor import Tensor
 from max.graph import DeviceRef
 from max.graph.weights import WeightsFormat
-from max.nn.kv_cache import KVCacheInputsPerDevice, KVCacheParams
+from max.nn.kv_cache import KVCacheParams
 from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3ModuleV3BatchProcessor
 from max.pipelines.context import TextContext
 from max.pipelines.kv_cache.memory_planner import PagedMemoryPlanner
@@ -96,6 +95,12 @@ class ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
         raise NotImplementedError
 
     @classmethod
+    def convert(cls, arrays: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
+        """The checkpoint's arrays as the learner's model names and lays them out (the weights step's
+        ``convert``)."""
+        raise NotImplementedError
+
+    @classmethod
     def learner_config(cls, huggingface_config):
         return lesson(cls.FAMILY.weights_step).config_from_json(huggingface_config.to_dict())
 
@@ -127,6 +132,10 @@ class GPT2ServeConfig(ServeConfig):
     def heads(cls, config) -> tuple[int, int, int]:
         return config.n_head, config.n_embd // config.n_head, config.n_layer
 
+    @classmethod
+    def convert(cls, arrays, config):
+        return lesson(cls.FAMILY.weights_step).convert(arrays)  # step 14's needs no config
+
 
 class LlamaServeConfig(ServeConfig):
     """The Llama caches its key/value heads only (grouped-query attention)."""
@@ -136,6 +145,10 @@ class LlamaServeConfig(ServeConfig):
     @classmethod
     def heads(cls, config) -> tuple[int, int, int]:
         return config.num_key_value_heads, config.head_dim, config.num_hidden_layers
+
+    @classmethod
+    def convert(cls, arrays, config):
+        return lesson(cls.FAMILY.weights_step).convert(arrays, config)  # step 23's reads tie_word_embeddings
 
 
 def served_model_class(family: Family):
@@ -151,9 +164,7 @@ def served_model_class(family: Family):
         def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
                     *cache_inputs: Tensor) -> ModuleV3Outputs:
             del return_n_logits  # one row a sequence: its last token's
-            values = tree.leaves(self._kv_params.unflatten_kv_inputs(iter(x._graph_value for x in cache_inputs)),
-                                 leaf=KVCacheInputsPerDevice)[0]
-            logits = super().forward(tokens, PagedCache(values, self._kv_params), input_row_offsets)
+            logits = super().forward(tokens, PagedCache.from_inputs(self._kv_params, cache_inputs), input_row_offsets)
             return ModuleV3Outputs(next_token_logits=logits)
 
     return Root
@@ -167,13 +178,8 @@ class CoursePipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
     def _load_state_dict(self) -> dict[str, np.ndarray]:
         """The checkpoint's tensors as the learner's model names and lays them out (step 14's or 23's
         ``convert``)."""
-        config_cls = type(self).model_config_cls
         arrays = {name: np.from_dlpack(weights.data().data) for name, weights in self.weights.items()}
-        convert = lesson(config_cls.FAMILY.weights_step).convert
-        if config_cls.FAMILY is LLAMA:
-            state = convert(arrays, self.arch_config.model_config)
-        else:
-            state = convert(arrays)
+        state = self.arch_config.convert(arrays, self.arch_config.model_config)
         return {name: np.ascontiguousarray(value) for name, value in state.items()}
 
     def _create_model_config(self, state_dict: dict[str, Any]) -> ServeConfig:

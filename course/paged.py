@@ -42,9 +42,16 @@ class PagedCache:
         """How many tokens each request of the batch already has in the cache, [B] uint32."""
         return self.values.cache_lengths
 
-    @property
-    def page_size(self) -> int:
-        return self.params.page_size
+    @classmethod
+    def from_inputs(cls, params: KVCacheParams, cache_inputs) -> PagedCache:
+        """The cache from a compiled graph's flat cache inputs, in the order ``params.get_symbolic_inputs()`` gives
+        them (MAX's server and :class:`RaggedRunner` both pass them so)."""
+        from max import tree
+        from max.nn.kv_cache import KVCacheInputsPerDevice
+
+        values = tree.leaves(params.unflatten_kv_inputs(iter(x._graph_value for x in cache_inputs)),
+                             leaf=KVCacheInputsPerDevice)[0]
+        return cls(values, params)
 
 
 def _layer(layer: int) -> Tensor:
@@ -54,8 +61,9 @@ def _layer(layer: int) -> Tensor:
 def store_paged(cache: PagedCache, layer: int, k: Tensor, v: Tensor, input_row_offsets: Tensor) -> None:
     """Writes layer ``layer``'s new keys and values, ``[N, heads, head_dim]`` each, into their requests' pages, after
     what each request has cached (a graph side effect: nothing is returned)."""
-    _store_k(cache.values, k, input_row_offsets, _layer(layer))
-    _store_v(cache.values, v, input_row_offsets, _layer(layer))
+    index = _layer(layer)
+    _store_k(cache.values, k, input_row_offsets, index)
+    _store_v(cache.values, v, input_row_offsets, index)
 
 
 def attend_paged(cache: PagedCache, layer: int, q: Tensor, input_row_offsets: Tensor, scale: float) -> Tensor:
@@ -156,12 +164,7 @@ class RaggedRunner:
 
         class Root(type(model)):  # MAX's cache inputs as the graph receives them, as a PagedCache
             def forward(inner, tokens, input_row_offsets, *cache_inputs):  # noqa: N805 - the module is `inner`
-                from max import tree
-                from max.nn.kv_cache import KVCacheInputsPerDevice
-
-                values = tree.leaves(pool.params.unflatten_kv_inputs(iter(x._graph_value for x in cache_inputs)),
-                                     leaf=KVCacheInputsPerDevice)[0]
-                return super().forward(tokens, PagedCache(values, pool.params), input_row_offsets)
+                return super().forward(tokens, PagedCache.from_inputs(pool.params, cache_inputs), input_row_offsets)
 
         model.__class__ = Root
         self.model = model.compile(TensorType(DType.int64, ["total_seq_len"], device=DeviceRef.CPU()),
