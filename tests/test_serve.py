@@ -539,3 +539,33 @@ def test_bench_finds_llama_server_where_it_looks_and_says_how_to_build_one(tmp_p
     with pytest.raises(llama_server.Missing) as no_cmake:
         llama_server.build(release="0.3.1")
     assert str(no_cmake.value).startswith("building llama-server needs cmake on PATH"), str(no_cmake.value)
+
+
+def test_bench_serve_reports_every_server_and_llama_cpps_settings(tmp_path, monkeypatch, capsys):
+    """bench --serve's report, its servers faked (serve_one): a row a server and client count with its ratio to one
+    client, llama.cpp's server named with its settings where one is found, and said missing (why) where not"""
+    from course.programs import llama, llama_server, serve_bench
+
+    speeds = {"max": 100.0, "llama.cpp": 120.0, "course": 90.0}
+
+    def fake(model, runs_on, args):
+        return 1.0, [{"clients": c, "requests": 8, "tokens": 256, "tok_s": speeds[runs_on] * c, "p50_s": 0.2,
+                      "p95_s": 0.3, "failed": 0, "failures": [], "latencies": [0.2] * 8} for c in args.clients]
+
+    monkeypatch.setattr(serve_bench, "serve_one", fake)
+    found = tmp_path / "llama-server"
+    monkeypatch.setattr(llama_server, "find", lambda: found)
+    assert serve_bench.main(["--model", "course", "--clients", "1", "8", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert (f"llama.cpp's server: {found}, --parallel 8, float32 weights and KV cache, {llama.threads()} threads"
+            in out), out
+    assert "| course | llama.cpp's server | 8 | 8 | 960.0 | 8.00 | 0.20 | 0.20 | 0 |" in out, out
+    assert "| course | the course's step 25 | 1 | 8 | 100.0 | 1.00 | 0.20 | 0.20 | 0 |" in out, out
+
+    def missing():
+        raise llama_server.Missing("no llama-server here")
+
+    monkeypatch.setattr(llama_server, "find", missing)
+    assert serve_bench.main(["--model", "course", "--clients", "1", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "llama.cpp's server: none (no llama-server here)" in out and "llama.cpp's server |" not in out, out

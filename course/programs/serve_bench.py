@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, help="also write tok/s against clients as an SVG, a line per server")
     args = p.parse_args(argv)
-    from course.programs import llama, llama_server
+    from course.programs import llama_server
+    from course.programs.llama import threads
 
     rows, starts, peer = [], {}, "off"
     if args.llama_server == "auto":
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{s:.0f} s ({m})" for m, s in starts.items()))
     if peer == "found":
         print(f"llama.cpp's server: {args.llama_server}, --parallel {args.max_batch_size}, float32 weights and KV "
-              f"cache, {llama.threads()} threads")
+              f"cache, {threads()} threads")
     elif peer != "off":
         print(f"llama.cpp's server: none ({peer})")
     print("| model | runs on | clients | requests | tok/s | × one client | p50 latency (s) | p95 latency (s) | failed |")
