@@ -43,9 +43,6 @@ from max.pipelines.modeling.types import PipelineTask
 from course.outline import SERVE_STEPS_VARIABLE, SOLUTIONS, step_path
 from course.paged import PagedCache
 
-#: The variable that names the folder the served steps and the steps under them are imported from.
-STEPS_VARIABLE = SERVE_STEPS_VARIABLE
-
 
 @dataclass(frozen=True)
 class Family:
@@ -62,7 +59,7 @@ LLAMA = Family(weights_step=23, served_step=26, model_class="ServedLlama")
 
 def steps_folder() -> Path:
     """Whose code the server runs: ``$COURSE_SERVE_STEPS``, else the course's solutions."""
-    return Path(os.environ.get(STEPS_VARIABLE) or SOLUTIONS).resolve()
+    return Path(os.environ.get(SERVE_STEPS_VARIABLE) or SOLUTIONS).resolve()
 
 
 def lesson(number: int):

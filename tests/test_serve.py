@@ -468,7 +468,7 @@ def llama_cpp_server(tmp_path_factory):
         pytest.skip(f"{error}: bench --serve's llama.cpp row is untested on this machine")
     tmp = tmp_path_factory.mktemp("llama-server")
     port = serve.free_port()
-    args = argparse.Namespace(scratch=tmp, llama_server=program, max_batch_size=len(TOGETHER))
+    args = argparse.Namespace(scratch=tmp, server=program, max_batch_size=len(TOGETHER))
     log = (tmp / "llama-server.log").open("w")
     server = serve.start(serve_bench.peer_command("course", port, args), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

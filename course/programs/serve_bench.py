@@ -117,8 +117,8 @@ def servers(models: list[str], llamas: list[str], peer: bool = False) -> list[tu
 
 
 def peer_command(model: str, port: int, args) -> list[str]:
-    """llama-server on ``model``'s weights (float32 GGUF, written once a run into ``args.scratch``), with as many
-    slots as MAX's batch and bench's threads."""
+    """llama-server (``args.server``) on ``model``'s weights (float32 GGUF, written once a run into
+    ``args.scratch``), with as many slots as MAX's batch and bench's threads."""
     from course import checkpoints
     from course.programs import llama, llama_server
 
@@ -126,7 +126,7 @@ def peer_command(model: str, port: int, args) -> list[str]:
     gguf = Path(args.scratch) / f"{found.folder.name}-f32.gguf"
     if not gguf.is_file():
         llama.write_f32(found.folder, gguf)
-    return llama_server.command(args.llama_server, gguf, "127.0.0.1", port, args.max_batch_size,
+    return llama_server.command(args.server, gguf, "127.0.0.1", port, args.max_batch_size,
                                 int(found.config["n_positions"]), llama.threads())
 
 
@@ -213,15 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     from course.programs import llama_server
     from course.programs.llama import threads
 
-    rows, starts, peer = [], {}, "off"
+    rows, starts = [], {}
+    args.server, missing = None, None  # llama.cpp's server, or why there is none (neither: --llama-server off)
     if args.llama_server == "auto":
         try:
-            args.llama_server, peer = llama_server.find(), "found"
+            args.server = llama_server.find()
         except llama_server.Missing as error:
-            peer = str(error)
+            missing = str(error)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-serve-") as args.scratch:
-            order = servers(args.model, args.llama, peer == "found")
+            order = servers(args.model, args.llama, args.server is not None)
             found: dict[tuple, list[list[dict]]] = {server: [] for server in order}
             for _ in range(args.rounds):  # every server once a round, in turn: a slow spell of the machine hits all
                 for model, llama, runs_on in order:
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"models": args.model, "max_batch_size": args.max_batch_size, "max_tokens": args.max_tokens,
                 "requests_per_client": args.requests, "rounds": args.rounds, "start_s": {m: round(s, 1) for m, s in starts.items()},
                 "cpus": os.cpu_count(),
-                "llama_server": str(args.llama_server) if peer == "found" else peer,
+                "llama_server": str(args.server or missing or "off"),
                 "command": " ".join(["python -m course.programs.bench --serve",
                                      *(arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--serve")])}
     if args.plot:
@@ -248,11 +249,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.max_tokens} greedy tokens, the same prompt; tok/s the rounds' median (their range in brackets), "
           f"latencies over every round's requests; last ready in "
           + ", ".join(f"{s:.0f} s ({m})" for m, s in starts.items()))
-    if peer == "found":
-        print(f"llama.cpp's server: {args.llama_server}, --parallel {args.max_batch_size}, float32 weights and KV "
+    if args.server is not None:
+        print(f"llama.cpp's server: {args.server}, --parallel {args.max_batch_size}, float32 weights and KV "
               f"cache, {threads()} threads")
-    elif peer != "off":
-        print(f"llama.cpp's server: none ({peer})")
+    elif missing is not None:
+        print(f"llama.cpp's server: none ({missing})")
     print("| model | runs on | clients | requests | tok/s | × one client | p50 latency (s) | p95 latency (s) | failed |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
