@@ -32,6 +32,17 @@ def pytest_configure(config):
     runtime.setup()  # before any MAX op: see course/runtime.py
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``-n 2 --dist loadfile`` (``pixi run test``): one file to a process, but every file that runs the
+    step checks in one process, and the long files first (tests/scheduling.py says why)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from scheduling import CourseScheduling
+
+    return CourseScheduling(config, log)
+
+
 def _step_number(node) -> int | None:
     for number in OUTLINE:
         if node.get_closest_marker(marker(number)):
