@@ -58,10 +58,7 @@ nothing else wants, and gets its own policy back when the graph returns. Measure
 tok/s with the poller as MAX starts it, 65.2 with it idle while graphs run, 64.7 with
 it idle throughout (the book's appendix "Past the roofline", "A thread that takes a core"). Elsewhere (macOS,
 Windows) nothing is changed. ``COURSE_MAX_POLLER=as-is`` leaves the thread as MAX
-starts it. ``COURSE_MAX_POLLER=idle`` keeps it idle from the first graph to the end of the
-process, between graphs too (compiling, eager ops, Python), where it takes 16% of a core:
-for many MAX processes side by side on few cores, as the test suite runs (tests/conftest.py);
-two such processes on two cores did 25% more of other work with it. The change is made only where it can be undone (:func:`idle_is_undoable`):
+starts it. The change is made only where it can be undone (:func:`idle_is_undoable`):
 Linux lets an ordinary user's thread into ``SCHED_IDLE`` but not out of it while
 ``RLIMIT_NICE`` is 0, the default, so for such a user nothing is wrapped, and
 :func:`say_left` tells so once, in one line on standard error, where ``main`` calls it (a check does not).
@@ -154,12 +151,9 @@ class InterpretFirst:
 
     def execute(self, graph, inputs):
         try:
-            outputs = self.interpreter.execute(graph, inputs)
+            return self.interpreter.execute(graph, inputs)
         except Exception:  # noqa: BLE001 - a refusal, or the interpreter's own failure: MAX compiles it
-            outputs = self.fallback.execute(graph, inputs)
-        if IDLE_THROUGHOUT["on"]:
-            look_for_poller(idle_from_now=True)
-        return outputs
+            return self.fallback.execute(graph, inputs)
 
 
 def interpret_eager_ops() -> None:
@@ -302,25 +296,6 @@ def say_left() -> None:
         say(POLLER_LEFT)
 
 
-_looks = {"left": LOOKS}
-#: Whether the poller, once found, stays idle to the end of the process (``COURSE_MAX_POLLER=idle``, where undoable).
-IDLE_THROUGHOUT = {"on": False}
-
-
-def look_for_poller(idle_from_now: bool = False) -> None:
-    """After one of the first :data:`LOOKS` graphs of the process (MAX's poller runs by then): finds it
-    (:data:`POLLERS`), and where ``idle_from_now`` puts it at ``SCHED_IDLE`` for the rest of the process."""
-    global POLLERS
-    if POLLERS or not _looks["left"]:
-        return
-    _looks["left"] -= 1
-    POLLERS = find_max_poller()
-    if POLLERS and idle_from_now:
-        _set_pollers(idle=True)
-    if not POLLERS and not _looks["left"]:
-        say(f"MAX's poller thread was not found for certain after {LOOKS} graphs: it is left as MAX starts it")
-
-
 def poller_idle_in_execute() -> None:
     """Wraps ``max.engine.Model.execute``, through which every compiled graph runs, in :func:`max_poller_idle`;
     the first calls, once they return, look for the poller (:data:`POLLERS`), up to :data:`LOOKS` graphs. Where a
@@ -335,12 +310,17 @@ def poller_idle_in_execute() -> None:
         global POLLER_LEFT
         POLLER_LEFT = f"MAX's poller thread is left as MAX starts it: {why}"
         return
-    throughout = IDLE_THROUGHOUT["on"] = os.environ.get("COURSE_MAX_POLLER") == "idle"
+    looks = {"left": LOOKS}
 
     def execute(self, *args):  # MAX's own takes the graph's inputs alone
-        with contextlib.nullcontext() if throughout else max_poller_idle():
+        global POLLERS
+        with max_poller_idle():
             outputs = original(self, *args)
-        look_for_poller(idle_from_now=throughout)
+        if not POLLERS and looks["left"]:  # the first graphs this process ran: MAX's poller runs by now
+            looks["left"] -= 1
+            POLLERS = find_max_poller()
+            if not POLLERS and not looks["left"]:
+                say(f"MAX's poller thread was not found for certain after {LOOKS} graphs: it is left as MAX starts it")
         return outputs
 
     execute.original = original  # MAX's own

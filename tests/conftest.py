@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -30,22 +29,7 @@ def pytest_configure(config):
     # Earlier steps always come from the solutions (see harness.load_step).
     if str(SOLUTIONS) not in sys.path:
         sys.path.insert(0, str(SOLUTIONS))
-    # The suite runs many MAX processes side by side (two with -n 2, and the programs they start): each one's
-    # poller would take 16% of a core from the others between graphs; idle, it takes what nothing else wants.
-    # Only where it can be undone (course/runtime.py); the child processes inherit it.
-    os.environ.setdefault("COURSE_MAX_POLLER", "idle")
     runtime.setup()  # before any MAX op: see course/runtime.py
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """``-n 2 --dist loadfile`` (``pixi run test``): one file to a process, but every file that runs the
-    step checks in one process, and the long files first (tests/scheduling.py says why)."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from scheduling import CourseScheduling
-
-    return CourseScheduling(config, log)
 
 
 def _step_number(node) -> int | None:

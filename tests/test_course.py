@@ -1644,40 +1644,6 @@ def test_a_graph_runs_with_maxs_poller_idle_and_gives_it_back_its_policy():
     assert got["worst"] < 1e-5, f"the graph's numbers moved: max |Δ| {got['worst']:.1e}"
 
 
-IDLE_PROGRAM = A_GRAPH + """
-import json
-from max.experimental.tensor import Tensor
-np.from_dlpack(Tensor.from_dlpack(x) + 1.0)  # an eager op first, through the interpreter's door
-found_by_eager = bool(runtime.POLLERS)
-got = model.execute(Buffer.from_numpy(x))[0].to_numpy()
-got = model.execute(Buffer.from_numpy(x))[0].to_numpy()
-(tid, own), = runtime.POLLERS
-print(json.dumps({"found_by_eager": found_by_eager, "policy": os.sched_getscheduler(tid), "own": own,
-                  "worst": float(np.abs(got - np.tanh(x * 3.0 + 1.5)).max())}))
-"""
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE and /proc are Linux's: elsewhere nothing is set")
-def test_with_course_max_poller_idle_the_poller_stays_idle_between_graphs():
-    """COURSE_MAX_POLLER=idle (the suite's own processes, tests/conftest.py), where idle can be undone: the first
-    eager op finds MAX's poller and sets it at SCHED_IDLE, and it is still there after compiled graphs have run and
-    returned (the default gives its policy back after each); the graph computes what it computed"""
-    import json
-
-    from course import runtime
-
-    if why := runtime.idle_is_undoable():
-        pytest.skip(f"an ordinary user here ({why}): nothing is set, as the ordinary user's check shows")
-    env = dict(os.environ, COURSE_MAX_POLLER="idle", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", IDLE_PROGRAM], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(result.stdout.strip().splitlines()[-1])
-    assert got["found_by_eager"], f"an eager op did not look for MAX's poller: {got}"
-    assert got["policy"] == os.SCHED_IDLE and got["own"] == os.SCHED_OTHER, f"the poller after two graphs: {got}"
-    assert got["worst"] < 1e-5, f"the graph's numbers moved: max |Δ| {got['worst']:.1e}"
-
-
 @contextlib.contextmanager
 def _a_thread(name: str = "", wakes: bool = False):
     """A thread of this process for the poller's checks, stopped when the block ends: its native id. Named ``name``

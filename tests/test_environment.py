@@ -271,23 +271,3 @@ def test_pixi_runs_the_whole_suite_where_every_extra_is():
     assert PIXI["tasks"]["test"]["cmd"] == "python -m pytest -n 2 --dist loadfile", PIXI["tasks"]["test"]
     needs = SpecifierSet(PIXI["workspace"]["requires-pixi"])
     assert "0.63.0" in needs and "0.62.9" not in needs, f"requires-pixi {needs}: default-environment is pixi 0.63's"
-
-
-def test_the_suites_scheduler_keeps_the_step_checks_together_and_starts_the_long_files():
-    """`-n 2 --dist loadfile` (tests/scheduling.py): every check that runs the solutions' step checks is one unit
-    (two processes would compile the same kernels side by side), the long units come first, and each long unit
-    it names is a test file that exists (a renamed file would quietly lose its place)"""
-    import scheduling
-
-    collected = ["tests/test_step_04_mlp.py::test_a", "tests/test_course.py::test_b[1]",
-                 f"{scheduling.EXPERIMENTS}", "tests/test_book.py::test_pages", "tests/test_render.py::test_c",
-                 "tests/test_render.py::test_d", "tests/test_outline.py::test_e", "tests/test_programs.py::test_f",
-                 "tests/test_course_model.py::test_g"]
-    units: dict[str, dict] = {}
-    for nodeid in collected:
-        units.setdefault(scheduling.unit(nodeid), {})[nodeid] = False
-    assert sorted(units[scheduling.STEPS]) == sorted(collected[:3]), units
-    assert scheduling.order(units) == [scheduling.STEPS, "tests/test_course_model.py", "tests/test_programs.py",
-                                       "tests/test_render.py", "tests/test_book.py", "tests/test_outline.py"]
-    missing = [name for name in scheduling.LONG_FIRST[1:] if not (ROOT / name).is_file()]
-    assert not missing, f"tests/scheduling.py starts these first, but they are not test files: {missing}"
