@@ -328,36 +328,6 @@ def poller_idle_in_execute() -> None:
 # ANCHOR_END: max_poller_idle
 
 
-def poller_idle_while_waiting() -> None:
-    """Wraps ``subprocess.Popen.wait`` and ``.communicate`` in :func:`max_poller_idle`: a process that has run MAX
-    and now only waits for a program of its own (the checks that run ``main``, ``bench`` or ``course.check``) leaves
-    the cores to that program instead of waking 5,000 times a second beside it (about 8-16% of a core, measured in a
-    check's process waiting on ``course.check all``). Nothing of MAX runs in the waiting thread then, so the poller
-    is not needed: unlike a poller idle throughout, which starves MAX's own compiles and eager ops on a busy machine
-    (the book's log, 2026-12-06). Where no graph has found the poller yet (eager ops only), each wait looks for it
-    first (5 ms). The test suite's processes call it (tests/conftest.py); the same rules as
-    :func:`poller_idle_in_execute`: nothing where idle priority could not be undone."""
-    import subprocess
-
-    if hasattr(subprocess.Popen.wait, "original") or idle_is_undoable():
-        return
-
-    def parked(original):
-        @functools.wraps(original)
-        def waiting(self, *args, **kwargs):
-            global POLLERS
-            if not POLLERS:
-                POLLERS = find_max_poller(window=0.005) or None
-            with max_poller_idle():
-                return original(self, *args, **kwargs)
-
-        waiting.original = original
-        return waiting
-
-    subprocess.Popen.wait = parked(subprocess.Popen.wait)
-    subprocess.Popen.communicate = parked(subprocess.Popen.communicate)
-
-
 #: What importing ``max.nn`` (MAX's Mojo-built Python extensions) sets in the C environment.
 MOJO_SETS = ("PYTHONEXECUTABLE", "PYTHONPATH", "MOJO_PYTHON_LIBRARY")
 

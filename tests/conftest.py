@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -31,8 +30,6 @@ def pytest_configure(config):
     if str(SOLUTIONS) not in sys.path:
         sys.path.insert(0, str(SOLUTIONS))
     runtime.setup()  # before any MAX op: see course/runtime.py
-    if os.environ.get("COURSE_MAX_POLLER") != "as-is":  # the checks that wait for a program leave it the cores
-        runtime.poller_idle_while_waiting()
 
 
 def _step_number(node) -> int | None:

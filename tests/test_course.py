@@ -1644,59 +1644,6 @@ def test_a_graph_runs_with_maxs_poller_idle_and_gives_it_back_its_policy():
     assert got["worst"] < 1e-5, f"the graph's numbers moved: max |Δ| {got['worst']:.1e}"
 
 
-#: A child, for ``/bin/sh -c``: the ids of its parent's threads at SCHED_IDLE while the parent waits for it, one a
-#: line (a thread's stat, field 41: its policy, 5 for SCHED_IDLE). A shell, not Python: run as an ordinary user by
-#: setpriv, a Python program cannot start the virtualenv's Python where that lives under root's home.
-CHILD_SEES_IDLE = ("for f in /proc/$PPID/task/*/stat; do t=${f%/stat}; "
-                   "[ \"$(sed 's/.*) //' \"$f\" | cut -d' ' -f39)\" = 5 ] && echo \"${t##*/}\"; done; true")
-
-#: A program that runs one graph through MAX's own execute (so no graph looked for the poller), then waits for two
-#: children, one through ``communicate`` and one through ``wait``, each of which reports its parent's idle threads.
-A_WAITING = A_GRAPH + f"PARENTS_IDLE = {CHILD_SEES_IDLE!r}\n" + """
-import json, subprocess, tempfile
-from max.engine import Model
-runtime.poller_idle_while_waiting()
-runtime.poller_idle_while_waiting()  # a second call wraps nothing more
-once = hasattr(subprocess.Popen.wait, "original") and not hasattr(subprocess.Popen.wait.original, "original")
-Model.execute.original(model, Buffer.from_numpy(x))  # MAX's poller runs from here; nothing has looked for it
-before = runtime.POLLERS
-ran = subprocess.run(["/bin/sh", "-c", PARENTS_IDLE], capture_output=True, text=True, check=True)
-with tempfile.TemporaryFile("w+") as out:
-    code = subprocess.Popen(["/bin/sh", "-c", PARENTS_IDLE], stdout=out).wait()
-    out.seek(0)
-    waited = out.read()
-after = sorted(int(t) for t in os.listdir("/proc/self/task") if os.sched_getscheduler(int(t)) == os.SCHED_IDLE)
-print(json.dumps({"once": once, "before": before, "pollers": runtime.POLLERS, "code": code, "after": after,
-                  "run": sorted(int(t) for t in ran.stdout.split()), "waited": sorted(int(t) for t in waited.split())}))
-"""
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE and /proc are Linux's: elsewhere nothing is set")
-def test_a_process_waiting_for_a_program_holds_maxs_poller_idle_until_it_ends():
-    """poller_idle_while_waiting (the suite's processes call it): in a program that ran a graph through MAX's own
-    execute, where idle priority can be undone, the first wait finds MAX's poller; while the process waits for a
-    child, through communicate (subprocess.run) or wait, the child sees that one thread of its parent at SCHED_IDLE
-    and no other; afterwards no thread is; a second call wraps nothing more. An ordinary user's processes: the
-    ordinary user's check below (nothing wrapped, nothing idle while it waits)"""
-    import json
-
-    from course import runtime
-
-    if why := runtime.idle_is_undoable():
-        pytest.skip(f"an ordinary user here ({why}): test_as_an_ordinary_user_no_thread_is_left_idle_... checks it")
-    env = {key: value for key, value in os.environ.items() if key != "COURSE_MAX_POLLER"}
-    result = subprocess.run([sys.executable, "-c", A_WAITING], cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT)),
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(result.stdout.strip().splitlines()[-1])
-    assert got["once"], f"Popen.wait is not wrapped once: {got}"
-    assert got["before"] is None and got["pollers"] and len(got["pollers"]) == 1, f"MAX's poller: {got}"
-    (tid, own), = got["pollers"]
-    assert got["run"] == [tid] and got["waited"] == [tid] and got["code"] == 0, \
-        f"the threads at SCHED_IDLE while it waited (communicate, wait), the poller {tid}: {got}"
-    assert got["after"] == [] and own == os.SCHED_OTHER, f"left at SCHED_IDLE after the waits: {got}"
-
-
 @contextlib.contextmanager
 def _a_thread(name: str = "", wakes: bool = False):
     """A thread of this process for the poller's checks, stopped when the block ends: its native id. Named ``name``
@@ -1789,7 +1736,7 @@ def test_idle_is_undone_only_where_linux_allows_it():
                        "RLIMIT_NICE)"), got
 
 
-ORDINARY_USER = A_GRAPH + f"PARENTS_IDLE = {CHILD_SEES_IDLE!r}\n" + """
+ORDINARY_USER = A_GRAPH + """
 got = None
 def run():
     global got
@@ -1798,19 +1745,15 @@ def run():
 worker = threading.Thread(target=run)
 worker.start()
 worker.join()
-runtime.poller_idle_while_waiting()  # the suite's processes call it: for this user it wraps nothing
-import subprocess, sys
-waiting = sorted(int(t) for t in subprocess.run(["/bin/sh", "-c", PARENTS_IDLE], capture_output=True, text=True,
-                                                check=True).stdout.split())
 policies = {int(tid): os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")}
+import sys
 print("checks' end", file=sys.stderr, flush=True)  # what a check run has said by now: nothing about the poller
 runtime.say_left()  # main's call
 runtime.say_left()  # said once
 weights = {"w": np.arange(3 * 2**20, dtype=np.float32).reshape(3, -1)}  # 12 MiB, advised for huge pages
 paged = runtime.on_huge_pages(weights)
 worst = max(float(np.abs(got - np.tanh(x * 3.0 + 1.5)).max()), float(np.abs(paged["w"] - weights["w"]).max()))
-print("uid", os.getuid(), "idle", sorted(t for t, p in policies.items() if p == os.SCHED_IDLE), "worst", worst,
-      "waiting", waiting)
+print("uid", os.getuid(), "idle", sorted(t for t, p in policies.items() if p == os.SCHED_IDLE), "worst", worst)
 """
 
 
@@ -1842,10 +1785,8 @@ def test_as_an_ordinary_user_no_thread_is_left_idle_and_the_course_says_why():
     env = dict(os.environ, HOME=str(home), MODULAR_CACHE_DIR=str(home / "modular"), PYTHONPATH=str(ROOT))
     result = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    uid, idle, worst, waiting = re.fullmatch(r"uid (\d+) idle (\[.*\]) worst (\S+) waiting (.*)\n",
-                                             result.stdout).groups()
+    uid, idle, worst = re.fullmatch(r"uid (\d+) idle (\[.*\]) worst (\S+)\n", result.stdout).groups()
     assert idle == "[]", f"threads left at SCHED_IDLE as uid {uid}: {idle}"
-    assert waiting == "[]", f"threads at SCHED_IDLE while uid {uid} waited for a program: {waiting}"
     assert float(worst) < 1e-5, f"the graph's (or the paged weights') numbers moved: max |Δ| {worst}"
     lines = result.stderr.splitlines()
     assert "checks' end" in lines, result.stderr[-3000:]
