@@ -26,10 +26,7 @@ named by a digest of the graph's whole printed body, the MAX version and the
 host CPU, and loads it from there the next time the same graph is built. A
 graph that differs in anything (an op, a shape, a constant) gets another name,
 and so compiles as before. Weights are not part of a graph (they are bound
-when it loads), so new weights reuse it, as they reuse MAX's own cache. Two
-processes that miss the same graph at once (a check and ``main`` beside it, the
-suite's two workers) compile it once: the second waits on the first one's lock
-file, then loads its MEF (:func:`compiling_alone`).
+when it loads), so new weights reuse it, as they reuse MAX's own cache.
 
 Why eager ops run on MAX's interpreter alone
 --------------------------------------------
@@ -44,8 +41,8 @@ executor only what the interpreter refuses or fails on (a custom op, a graph of
 more ops than ``MAX_INTERPRETER_MAX_OPS``), which compiles it as before. Setting
 ``MAX_EAGER_EXECUTOR`` (``composite`` is MAX's default) keeps MAX's choice.
 
-Why MAX's event poller waits at idle priority while a graph runs or compiles
-----------------------------------------------------------------------------
+Why MAX's event poller waits at idle priority while a graph runs
+----------------------------------------------------------------
 The first op MAX runs starts a thread of its own (in ``libmax.so``, named like the
 process) that waits on a condition variable for 100 microseconds at a time, in a
 loop, whether or not anything runs: about 5,000 wakes a second, 10-15% of a core.
@@ -59,9 +56,7 @@ poller at Linux's ``SCHED_IDLE`` (:func:`max_poller_idle`): it still runs, on a 
 nothing else wants, and gets its own policy back when the graph returns. Measured on
 2 cores, one process, twelve rounds of 200 tokens of the float32 kernel path: 53.1
 tok/s with the poller as MAX starts it, 65.2 with it idle while graphs run, 64.7 with
-it idle throughout (the book's appendix "Past the roofline", "A thread that takes a core"). A graph also
-compiles with the poller idle (MAX compiles on the calling thread, one core): two processes each compiling a new
-graph with an empty cache took 131-143 s with the poller as MAX starts it, 105-111 s with it idle. Elsewhere (macOS,
+it idle throughout (the book's appendix "Past the roofline", "A thread that takes a core"). Elsewhere (macOS,
 Windows) nothing is changed. ``COURSE_MAX_POLLER=as-is`` leaves the thread as MAX
 starts it. The change is made only where it can be undone (:func:`idle_is_undoable`):
 Linux lets an ordinary user's thread into ``SCHED_IDLE`` but not out of it while
@@ -289,22 +284,6 @@ def max_poller_idle():
 
 #: How many graphs look for the poller before the course gives up on it (a busy machine can hide its wakes).
 LOOKS = 3
-#: The looks left in this process, after graphs run and before graphs compile; none where the poller is left as
-#: MAX starts it (:func:`poller_idle_in_execute`).
-_LOOKS = {"execute": 0, "compile": 0}
-
-
-def look_for_poller(when: str) -> None:
-    """Looks for MAX's poller (:data:`POLLERS`) if it is not found yet and ``when`` (``execute``, ``compile``) has
-    looks left. After the last look that follows a graph, says that it is left as MAX starts it."""
-    global POLLERS
-    if not POLLERS and _LOOKS[when]:
-        _LOOKS[when] -= 1
-        POLLERS = find_max_poller()
-        if not POLLERS and when == "execute" and not _LOOKS[when]:
-            say(f"MAX's poller thread was not found for certain after {LOOKS} graphs: it is left as MAX starts it")
-
-
 #: Why MAX's poller was left as MAX starts it (:func:`poller_idle_in_execute`), or None.
 POLLER_LEFT: str | None = None
 
@@ -331,12 +310,17 @@ def poller_idle_in_execute() -> None:
         global POLLER_LEFT
         POLLER_LEFT = f"MAX's poller thread is left as MAX starts it: {why}"
         return
-    _LOOKS.update(execute=LOOKS, compile=LOOKS)
+    looks = {"left": LOOKS}
 
     def execute(self, *args):  # MAX's own takes the graph's inputs alone
+        global POLLERS
         with max_poller_idle():
             outputs = original(self, *args)
-        look_for_poller("execute")  # the first graphs this process ran: MAX's poller runs by now
+        if not POLLERS and looks["left"]:  # the first graphs this process ran: MAX's poller runs by now
+            looks["left"] -= 1
+            POLLERS = find_max_poller()
+            if not POLLERS and not looks["left"]:
+                say(f"MAX's poller thread was not found for certain after {LOOKS} graphs: it is left as MAX starts it")
         return outputs
 
     execute.original = original  # MAX's own
@@ -449,76 +433,35 @@ def reuse_compiled_graphs() -> None:
         return
 
     def compile_reusing_mefs(session, model, **kwargs):
-        look_for_poller("compile")
-        with max_poller_idle():  # MAX compiles on this thread, and its poller would take a sixth of a core
-            if not isinstance(model, Graph) or kwargs.get("custom_extensions") or session._mef_store is not None \
-                    or InferenceSession.default_mef_store is not None:
-                return original(session, model, **kwargs)
-            path = graph_path(model, kwargs)
-            if (kept := load_kept(session, path)) is not None:
-                return kept
-            with compiling_alone(path):
-                if (kept := load_kept(session, path)) is not None:  # another process compiled it meanwhile
-                    return kept
-                started = time.perf_counter()
-                compiled = original(session, model, **kwargs)
-                keep(compiled, path, time.perf_counter() - started)
-            return compiled
+        if not isinstance(model, Graph) or kwargs.get("custom_extensions") or session._mef_store is not None \
+                or InferenceSession.default_mef_store is not None:
+            return original(session, model, **kwargs)
+        path = graph_path(model, kwargs)
+        if path.is_file():
+            try:
+                compiled = session.compile(path)
+            except Exception:  # noqa: BLE001 - a stale or broken file: compile as if it were not there
+                path.unlink(missing_ok=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.utime(path)  # used now: the last to go when the folder is trimmed
+                return compiled
+        started = time.perf_counter()
+        compiled = original(session, model, **kwargs)
+        if time.perf_counter() - started > KEEP_AFTER_SECONDS:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+                compiled.export_mef(str(partial))
+                os.replace(partial, path)
+                trim(path.parent)
+            except Exception as error:  # noqa: BLE001 - the graph runs all the same; only the next run pays
+                say(f"a compiled graph could not be kept in {path.parent} ({type(error).__name__}: {error}): "
+                    f"each run compiles it again")
+        return compiled
 
     compile_reusing_mefs.original = original  # MAX's own
     InferenceSession.compile_reusing_mefs = compile_reusing_mefs
-
-
-def load_kept(session, path: Path):
-    """The graph kept in MEF file ``path``, loaded by ``session``; None where there is none, or it does not load (a
-    stale or broken file, then deleted)."""
-    if path.is_file():
-        try:
-            compiled = session.compile(path)
-        except Exception:  # noqa: BLE001 - a stale or broken file: compile as if it were not there
-            path.unlink(missing_ok=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.utime(path)  # used now: the last to go when the folder is trimmed
-            return compiled
-    return None
-
-
-def keep(compiled, path: Path, seconds: float) -> None:
-    """Exports ``compiled`` as MEF file ``path`` if it took ``seconds`` > :data:`KEEP_AFTER_SECONDS` to compile."""
-    if seconds > KEEP_AFTER_SECONDS:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-            compiled.export_mef(str(partial))
-            os.replace(partial, path)
-            trim(path.parent)
-        except Exception as error:  # noqa: BLE001 - the graph runs all the same; only the next run pays
-            say(f"a compiled graph could not be kept in {path.parent} ({type(error).__name__}: {error}): "
-                f"each run compiles it again")
-
-
-@contextlib.contextmanager
-def compiling_alone(path: Path):
-    """Holds the lock of MEF file ``path`` (``.lock`` beside it) for the block: another process or thread that
-    misses the same graph waits, then loads the file this one keeps, instead of compiling the graph at the same
-    time. The lock file goes when the block ends (one that waits holds it all the same). Without ``fcntl`` (Windows)
-    or a folder it can write, nothing is held."""
-    name = path.with_suffix(".lock")
-    try:
-        import fcntl
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(name, "a")  # noqa: SIM115 - held open for the block
-    except (ImportError, OSError):
-        yield
-        return
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            name.unlink(missing_ok=True)
 
 
 CGROUPS = Path("/sys/fs/cgroup")

@@ -1618,22 +1618,6 @@ print(json.dumps(out))
 """
 
 
-def _poller_program(program: str) -> dict:
-    """What ``program`` prints last (JSON), run in a process of its own as the course's programs run (the poller's
-    setting as this process has it, COURSE_MAX_POLLER aside); skipped for an ordinary user, whose check is below."""
-    import json
-
-    from course import runtime
-
-    if why := runtime.idle_is_undoable():
-        pytest.skip(f"an ordinary user here ({why}): test_as_an_ordinary_user_no_thread_is_left_idle_... checks it")
-    env = {key: value for key, value in os.environ.items() if key != "COURSE_MAX_POLLER"}
-    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT)),
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE and /proc are Linux's: elsewhere nothing is set")
 def test_a_graph_runs_with_maxs_poller_idle_and_gives_it_back_its_policy():
     """in a program of its own, as `main` and bench run (runtime.setup(), then a compiled graph): where the poller's
@@ -1641,108 +1625,23 @@ def test_a_graph_runs_with_maxs_poller_idle_and_gives_it_back_its_policy():
     within runtime.LOOKS graphs, one thread that wakes over a thousand times a second and is none of MAX's workers;
     a graph then runs with it at SCHED_IDLE, gives it its own policy back, and computes what it computed. Elsewhere
     nothing is wrapped (the ordinary user's check below runs that)"""
+    import json
+
     from course import runtime
 
-    got = _poller_program(A_PROGRAM)
+    if why := runtime.idle_is_undoable():
+        pytest.skip(f"an ordinary user here ({why}): test_as_an_ordinary_user_no_thread_is_left_idle_... checks it")
+    env = {key: value for key, value in os.environ.items() if key != "COURSE_MAX_POLLER"}
+    result = subprocess.run([sys.executable, "-c", A_PROGRAM], cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT)),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
     assert got["wrapped"] and got["once"], f"Model.execute is not wrapped once: {got}"
     assert got["pollers"] and len(got["pollers"]) == 1, f"MAX's poller after {got['graphs']} graphs: {got['pollers']}"
     assert got["rate"] >= runtime.POLLER_WAKES_PER_SECOND and not got["name"].startswith(runtime.MAX_WORKERS), got
     assert got["seen"] == [[True, os.SCHED_IDLE], [False, got["own"]]], f"the poller's policy on the way in and out: {got}"
     assert got["after"] == got["own"] == os.SCHED_OTHER, got
     assert got["worst"] < 1e-5, f"the graph's numbers moved: max |Δ| {got['worst']:.1e}"
-
-
-#: A program of its own: MAX's compile recorded with the policy of MAX's poller as it starts (the course's wrapper
-#: calls it on a miss), setup(), one eager op (MAX's runtime, and its poller, run from then on), then a graph compiled
-#: into a folder of the course's MEF files of its own (so that it misses) and run.
-COMPILING = """
-import json, os, tempfile
-from pathlib import Path
-import numpy as np
-from max.engine import InferenceSession
-maxs, seen = InferenceSession.compile_reusing_mefs, []
-def recorded(session, model, **kwargs):
-    from course import runtime
-    seen.append([os.sched_getscheduler(tid) for tid, _ in runtime.POLLERS or []])
-    return maxs(session, model, **kwargs)
-InferenceSession.compile_reusing_mefs = recorded
-from course import runtime
-runtime.setup()
-folder = Path(tempfile.mkdtemp())
-runtime.graph_path = lambda graph, options: folder / f"{graph.name}.mef"
-from max.experimental.tensor import Tensor
-np.asarray(Tensor.from_dlpack(np.ones((4, 4), np.float32)) * 2.0)
-from max.driver import CPU, Buffer
-from max.dtype import DType
-from max.graph import DeviceRef, Graph, TensorType, ops
-with Graph("course_graph_probe", input_types=[TensorType(DType.float32, [37, 41], DeviceRef.CPU())]) as graph:
-    graph.output(ops.tanh(graph.inputs[0] * 3.0 + 1.5))
-model = InferenceSession(devices=[CPU()]).load(graph)
-x = np.linspace(-1, 1, 37 * 41, dtype=np.float32).reshape(37, 41)
-got = model.execute(Buffer.from_numpy(x))[0].to_numpy()
-tids = [tid for tid, _ in runtime.POLLERS or []]
-print(json.dumps({"seen": seen, "own": [own for _, own in runtime.POLLERS or []],
-                  "after": [os.sched_getscheduler(tid) for tid in tids],
-                  "worst": float(np.abs(got - np.tanh(x * 3.0 + 1.5)).max())}))
-"""
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE and /proc are Linux's: elsewhere nothing is set")
-def test_a_graph_compiles_with_maxs_poller_idle_and_gives_it_back_its_policy():
-    """in a program of its own, where the poller's idle priority can be undone: once MAX's poller runs, every compile
-    (MAX's, called by the course's wrapper) runs with it at SCHED_IDLE, found before the compile, the last a graph the
-    course's files do not hold; the poller has its own policy back afterwards, and the graph computes what it did"""
-    got = _poller_program(COMPILING)
-    idle = [[os.SCHED_IDLE]] * len(got["seen"])
-    assert got["seen"][-1:] == [[os.SCHED_IDLE]] and [policy or [os.SCHED_IDLE] for policy in got["seen"]] == idle, \
-        f"MAX's poller's policy while MAX compiled (a list a compile; empty before the poller runs): {got}"
-    assert got["after"] == got["own"] == [os.SCHED_OTHER], f"the poller's policy after the compile: {got}"
-    assert got["worst"] < 1e-5, f"the graph's numbers moved: max |Δ| {got['worst']:.1e}"
-
-
-def test_a_graph_two_threads_miss_at_once_compiles_once(monkeypatch, tmp_path):
-    """two threads (each with its own open lock file, as two processes have) that miss the same graph at once: MAX
-    compiles it once, the second loads the first one's MEF file, both compute its numbers, and no lock file is left"""
-    import threading
-
-    from max.driver import CPU, Buffer
-    from max.engine import InferenceSession
-
-    from course import runtime
-
-    maxs, compiles = InferenceSession.compile_reusing_mefs.original, []  # MAX's own, which runtime.setup() wrapped
-
-    def slow(session, model, **kwargs):  # MAX's compile, slow enough that the second thread arrives during it
-        compiles.append(threading.get_native_id())
-        time.sleep(1.0)
-        return maxs(session, model, **kwargs)
-
-    monkeypatch.setattr(InferenceSession, "compile_reusing_mefs", slow)
-    runtime.reuse_compiled_graphs()  # wraps `slow` as setup() wraps MAX's own
-    monkeypatch.setattr(runtime, "graph_path", lambda graph, options: tmp_path / f"{graph.name}.mef")
-    monkeypatch.setattr(runtime, "KEEP_AFTER_SECONDS", 0.0)
-    x = np.linspace(-1, 1, 37 * 41, dtype=np.float32).reshape(37, 41)
-    results, errors = {}, []
-
-    def run(name):
-        try:
-            session = InferenceSession(devices=[CPU()])
-            model = session.init(session.compile_reusing_mefs(_probe_graph()))
-            results[name] = model.execute(Buffer.from_numpy(x))[0].to_numpy()
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(f"{name}: {type(error).__name__}: {error}")
-
-    threads = [threading.Thread(target=run, args=(name,)) for name in ("first", "second")]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.2)
-    for thread in threads:
-        thread.join(timeout=600)
-    assert not errors, errors
-    assert len(compiles) == 1, f"MAX compiled the graph {len(compiles)} times for two threads that missed it at once"
-    worst = max(float(np.abs(got - np.tanh(x * 3.0 + 1.5)).max()) for got in results.values())
-    assert len(results) == 2 and worst < 1e-5, f"{sorted(results)}: max |Δ| {worst:.1e}"
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["course_graph_probe.mef"], list(tmp_path.iterdir())
 
 
 @contextlib.contextmanager

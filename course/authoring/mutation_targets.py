@@ -432,7 +432,7 @@ _PINNED_DEVICE = ("no default device is MAX's default, the CPU on a machine with
                   "GPU machine could tell (the pin itself is checked through the dtype)")
 _PINNED_DTYPE = "no default dtype is MAX's default for the device, float32 on the CPU: only a GPU machine could tell"
 _PIN = "for pin in (default_device(CPU()), default_dtype(DType.float32)):"
-_KEEP = "if seconds > KEEP_AFTER_SECONDS:"
+_KEEP = "if time.perf_counter() - started > KEEP_AFTER_SECONDS:"
 _RACE = ("only when another process removes the file between this one's listing (or check) and this call: the "
          "course's own use never does")
 _UNLINK_OLD, _UNLINK_BROKEN = "file.unlink(missing_ok=True)", "path.unlink(missing_ok=True)"
@@ -456,10 +456,10 @@ _RUNTIME = {
      "with contextlib.suppress(None):  # another process may trim too"): _RACE,
     (_RT, "x_trim", _UNLINK_OLD, _UNLINK_OLD.replace("True", "None")): _RACE,
     (_RT, "x_trim", _UNLINK_OLD, _UNLINK_OLD.replace("True", "False")): _RACE,
-    (_RT, "x_load_kept", _UNLINK_BROKEN, _UNLINK_BROKEN.replace("True", "None")): _RACE,
-    (_RT, "x_load_kept", _UNLINK_BROKEN, _UNLINK_BROKEN.replace("True", "False")): _RACE,
-    (_RT, "x_load_kept", "with contextlib.suppress(OSError):", "with contextlib.suppress(None):"): _RACE,
-    (_RT, "x_keep", _KEEP, _KEEP.replace(" > ", " >= ")):
+    (_RT, "x_reuse_compiled_graphs", _UNLINK_BROKEN, _UNLINK_BROKEN.replace("True", "None")): _RACE,
+    (_RT, "x_reuse_compiled_graphs", _UNLINK_BROKEN, _UNLINK_BROKEN.replace("True", "False")): _RACE,
+    (_RT, "x_reuse_compiled_graphs", "with contextlib.suppress(OSError):", "with contextlib.suppress(None):"): _RACE,
+    (_RT, "x_reuse_compiled_graphs", _KEEP, _KEEP.replace(" > ", " >= ")):
         "a compile's time, measured in floats, is never exactly KEEP_AFTER_SECONDS (0.5): the same graphs are kept",
     (_RT, "x_max_cache", "found = None", 'found = ""'): "an empty name and None are both false: the default place",
     (_RT, "x_graph_file", _BODY, _BODY.replace('"", text', '"XXXX", text')): _SAME_NAMES,
