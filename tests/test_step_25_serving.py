@@ -16,6 +16,8 @@ of size ~10).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -32,6 +34,8 @@ pytestmark = pytest.mark.step25
 #: Ragged batches: (the new tokens of each sequence, what each has cached already).
 BATCHES = [([7, 1, 10], [0, 0, 0]), ([1, 1, 1, 1], [3, 0, 12, 5]), ([1, 5, 1], [9, 0, 2]), ([4], [6])]
 PAGE = 4
+#: What the served model returns, said wherever it returns something else.
+ONE_ROW = "it returns one row a sequence, its last token's (rows offsets[1:] - 1)"
 #: The course's GPT-2's vocabulary: the check runs on its trained weights (book/experiments/step_25_serving.py
 #: compiles the same graph).
 VOCAB = 50257
@@ -94,7 +98,7 @@ class Runner:
         except Exception as error:  # noqa: BLE001 - the learner's graph did not build
             from course.check.hints import explain_exception
 
-            fail(f"step {step.__name__[5:7]}'s model did not compile for a ragged batch: "
+            fail(f"step {Path(step.__file__).stem[5:7]}'s model did not compile for a ragged batch: "
                  f"{explain_exception(error, step.__file__)}")
 
     @staticmethod
@@ -108,6 +112,11 @@ class Runner:
                 out = _original(self, *args, **kwargs)
                 if out is None:
                     fail(f"{_name}.forward returned None — finish {todo_in(_original)}")
+                rows = list(getattr(out, "shape", []))[:1]
+                if _name == classes[-1] and args and rows == [args[0].shape[0]]:  # traced: named before it compiles
+                    shape = ", ".join(map(str, out.shape))
+                    fail(f"{_name}.forward returns [{shape}], a row for each of the batch's new tokens; {ONE_ROW} — "
+                         f"{todo_in(_original)}")
                 return out
 
             monkeypatch.setattr(cls, "forward", forward)
@@ -136,8 +145,8 @@ def requests_come_and_go(runner: Runner, vocab: int) -> None:
         what = f"pass {step} ({', '.join(f'{k}: {len(v)} new' for k, v in batch.items())})"
         logits = runner.runner.run(batch)
         if logits.shape[0] != len(batch):
-            fail(f"{what}: the served model returned {logits.shape[0]} rows for {len(batch)} sequences; it returns "
-                 f"one row a sequence, its last token's (rows offsets[1:] - 1) — TODO 3")
+            fail(f"{what}: the served model returned {logits.shape[0]} rows for {len(batch)} sequences; {ONE_ROW} "
+                 f"— TODO 3")
         for row, name in enumerate(batch):
             assert_close(logits[row], runner.expected(texts[name]), f"{what}, sequence {name!r}'s next-token logits")
         batch = {name: [int(rng.integers(0, vocab))] for name in texts}

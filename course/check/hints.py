@@ -125,6 +125,11 @@ TRAPS = [
         "a size read from `x.shape` is a Dim (an integer inside MAX's graph), not a Python "
         "number; write int(x.shape[-1]) where a size meets float math",
     ),
+    (
+        re.compile(r"\[reshape\] input and output number of elements must match"),
+        "a reshape keeps every element: the sizes asked for must multiply to the input's, so a projection "
+        "[N, heads × head_dim] splits into that projection's own number of heads",
+    ),
 ]
 
 
