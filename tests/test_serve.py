@@ -108,6 +108,28 @@ def test_the_command_listens_on_this_machine_with_batching_on_and_telemetry_off(
     assert ours == line + ["--custom-architectures", f"{ROOT}:course.llama_architecture"], ours
 
 
+def test_max_serve_runs_offline_without_metrics_unless_the_user_asks_for_them():
+    """max serve's environment: offline and without MAX's telemetry whatever the user's says; MAX's metrics process
+    off unless the user set MAX_SERVE_METRIC_RECORDING_METHOD; the served steps' folder from ``code``"""
+    code = {"COURSE_SERVE_STEPS": "/learner/steps"}
+    env = serve.environment(code, own={"PATH": "/bin", "HF_HUB_OFFLINE": "0"})
+    assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "MAX_SERVE_DISABLE_TELEMETRY": "1",
+                   "MAX_SERVE_METRIC_RECORDING_METHOD": "NOOP", "COURSE_SERVE_STEPS": "/learner/steps"}, env
+    asked = serve.environment({}, own={"MAX_SERVE_METRIC_RECORDING_METHOD": "PROCESS"})
+    assert asked["MAX_SERVE_METRIC_RECORDING_METHOD"] == "PROCESS", asked
+
+
+@pytest.mark.serve
+def test_max_reads_the_metrics_setting_the_course_gives_it(monkeypatch):
+    """MAX's server settings, read with the course's defaults in the environment, record no metrics: a MAX that
+    renames the variable or its value fails here, not silently"""
+    from max.serve.config import MetricRecordingMethod, Settings
+
+    for name, value in serve.DEFAULTS.items():
+        monkeypatch.setenv(name, value)
+    assert Settings().metric_recording is MetricRecordingMethod.NOOP, Settings().metric_recording
+
+
 def test_the_learners_gpt2_is_served_from_their_folder(tmp_path):
     """--target steps hands MAX's workers the learner's folder (COURSE_SERVE_STEPS), where every step GPT-2 is
     served on is finished; the course's own code needs nothing. (What the workers do with it, the served checks
