@@ -128,7 +128,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
         "step_18_rms_norm", "step_19_rope", "step_20_swiglu", "step_21_gqa", "step_22_llama_model",
-        "step_23_llama_pretrained", "step_24_llama_cache")},
+        "step_23_llama_pretrained", "step_24_llama_cache", "step_25_serving", "step_26_serving_llama")},
 }
 
 _CK = "course/checkpoints.py"
@@ -409,6 +409,20 @@ _STEPS_20_22 = {
      "copies = F.concat([copies] * groups, axis=3)"):
         "after the new axis of size 1, copies joined along the tokens lie in memory as along that axis: the reshape "
         "to [B, H, T, D] gives the same heads",
+}
+
+_S25, _S26 = "solutions/step_25_serving.py", "solutions/step_26_serving_llama.py"
+_ROW = "row = F.sum(F.cast(ended, DType.int64), axis=-1).reshape([-1])"
+_QKV_25 = ("q, k, v = (t.reshape([-1, self.n_head, self.head_dim]) for t in F.split(self.c_attn(x), "
+           "[self.n_embd] * 3, axis=-1))")
+#: Steps 25 and 26's TODO code (solutions/step_25_serving.py, step_26_serving_llama.py).
+_STEPS_25_26 = {
+    (_S25, "x_ragged_positions", _ROW, _ROW.replace("axis=-1", "")):
+        "F.sum's axis defaults to -1, the sequences: the same counts",
+    (_S25, "x_ragged_positions", _ROW, _ROW.replace("axis=-1", "axis=+1")):
+        "ended is [N, B]: axis +1 is its last, the sequences",
+    (_S25, "xǁPagedSelfAttentionǁforward", _QKV_25, _QKV_25.replace("axis=-1", "axis=+1")):
+        "c_attn's output is [N, 3C], no batch axis: axis +1 is its last",
 }
 
 #: Step 07's TODO code (solutions/step_07_attention.py).
@@ -1017,7 +1031,7 @@ _MU_FLUSH = ("print's flush matters only when stdout is a pipe, where the line w
 _MU_CHECK = "check=False is subprocess.run's default, and None is as false: mutmut's exit code is read either way"
 _MU_META = "mutmut writes its .meta files with JSON's ASCII escapes (a method's ǁ is \\u01c1): any encoding reads them"
 _MU_TRUNCATE = "int() of a positive quotient drops its fraction as // does: the same whole minutes"
-_MU_EVERY_SOLUTION = ("every solution is a target (TARGETS lists steps 01 to 24), so the widest name is a target's: the "
+_MU_EVERY_SOLUTION = ("every solution is a target (TARGETS lists steps 01 to 26), so the widest name is a target's: the "
                       "column is as wide")
 _MU_ONCE = "a summary holds each heading once: the first is the last"
 _MU_FALSE = "None and [] are both false: a target without a row is skipped alike"
@@ -1199,6 +1213,7 @@ _EXPLAINED: dict[tuple[str, str, str, str], str] = {
     **_STEP_07,
     **_STEPS_18_19,
     **_STEPS_20_22,
+    **_STEPS_25_26,
     **_STEP_12,
     **_STEP_13,
     **_GENERATE,
