@@ -25,7 +25,7 @@ from transformers import GPT2LMHeadModel
 
 from course.runtime import from_numpy, to_numpy
 from harness import Mistake, assert_close, attribute, build, call, fail, load_weights, matching_mistake, solution
-from harness import todo_in
+from harness import todo_in, todo_label
 from course.outline import COURSE_MODEL
 from reference import to_max_state
 
@@ -34,6 +34,13 @@ pytestmark = pytest.mark.step25
 #: Ragged batches: (the new tokens of each sequence, what each has cached already).
 BATCHES = [([7, 1, 10], [0, 0, 0]), ([1, 1, 1, 1], [3, 0, 12, 5]), ([1, 5, 1], [9, 0, 2]), ([4], [6])]
 PAGE = 4
+#: Where to look when a pass's logits are wrong and no named mistake matches them: in the first pass nothing is cached
+#: yet, so the cache is not the cause; after it, the prefill matched and the pass reads the pages.
+PREFILLING = ("Nothing is cached in this first pass, so look at the attention (q, k and v split into heads, a Llama's "
+              "q and k rotated, the scale 1/√head_dim, the heads merged back) and at the model (each token's "
+              "embedding, the blocks in order, each sequence's last row)")
+DECODING = ("The prefill matched, and this pass reads the pages: each layer stores its new k and v, under its own "
+            "index, before it attends, and a token's position starts after what its sequence has cached")
 #: What the served model returns, said wherever it returns something else.
 ONE_ROW = "it returns one row a sequence, its last token's (rows offsets[1:] - 1)"
 #: The course's GPT-2's vocabulary: the check runs on its trained weights (book/experiments/step_25_serving.py
@@ -86,7 +93,7 @@ class Runner:
                  model: str = "GPT-2"):
         from course.paged import PagePool, RaggedRunner
 
-        self.reference = reference
+        self.reference, self.file = reference, step.__file__
         self._guard(step, monkeypatch, classes)
         state = to_max_state(reference)
         served = build(attribute(step, classes[-1]), config)
@@ -148,7 +155,11 @@ def requests_come_and_go(runner: Runner, vocab: int) -> None:
             fail(f"{what}: the served model returned {logits.shape[0]} rows for {len(batch)} sequences; {ONE_ROW} "
                  f"— TODO 3")
         for row, name in enumerate(batch):
-            assert_close(logits[row], runner.expected(texts[name]), f"{what}, sequence {name!r}'s next-token logits")
+            try:
+                assert_close(logits[row], runner.expected(texts[name]), f"{what}, sequence {name!r}'s next-token logits")
+            except pytest.fail.Exception as failure:  # no named mistake: where to look, from the pass it failed in
+                fail(f"{failure.msg}. {DECODING if step else PREFILLING} — "
+                     f"{todo_label([2, 3], runner.file)}")
         batch = {name: [int(rng.integers(0, vocab))] for name in texts}
         for name, ids in batch.items():
             texts[name] = texts[name] + ids
