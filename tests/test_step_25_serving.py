@@ -8,7 +8,9 @@
   and 10 tokens in one batch, then six decode steps in which a fourth request joins (its 5-token prompt
   prefilled beside the others' single tokens) and one leaves, its pages given back. After every pass each
   sequence's logits must match ``GPT2LMHeadModel`` on that sequence's whole text. A stub's ``None``, or a forward
-  that returns a row per token instead of one a sequence, is named with its TODO.
+  that returns a row per token instead of one a sequence, is named with its TODO while the graph is traced, before
+  anything compiles; wrong logits say where to look, from the pass they are wrong in (:data:`PREFILLING`,
+  :data:`DECODING`).
 
 Tolerance: the harness default, 1e-4 + 1e-4·|expected|. Measured worst |Δ| on solutions/: 9.1e-6 (logits
 of size ~10).
@@ -153,7 +155,7 @@ def requests_come_and_go(runner: Runner, vocab: int) -> None:
         logits = runner.runner.run(batch)
         if logits.shape[0] != len(batch):
             fail(f"{what}: the served model returned {logits.shape[0]} rows for {len(batch)} sequences; {ONE_ROW} "
-                 f"— TODO 3")
+                 f"— {todo_label(3, runner.file)}")
         for row, name in enumerate(batch):
             try:
                 assert_close(logits[row], runner.expected(texts[name]), f"{what}, sequence {name!r}'s next-token logits")
