@@ -754,3 +754,23 @@ def test_the_numpy_the_equivalences_assume_is_the_oldest_the_course_allows():
     assert f"numpy{floor}" in pyproject and pixi == floor, (pyproject, pixi)
     assert tuple(int(part) for part in np.__version__.split(".")[:2]) >= NUMPY_FLOOR, np.__version__
 
+
+
+#: Prints the summary of no run, every target's lines kept from the summary as it is: the GPU-only list made anew.
+_SUMMARY_ANEW = """
+from course.authoring import mutation
+kept = mutation.kept_lines(mutation.SUMMARY.read_text(), list(mutation.TARGETS))
+print(mutation.summary([], 2, kept))
+"""
+
+
+def test_the_summary_is_the_same_whatever_pythons_hash_seed():
+    """the summary written twice, by processes with other hash seeds, is the same text: its list of what only a
+    GPU machine sees, built from sets in mutation_targets, is sorted, so a rerun rewrites no line it did not change"""
+    import subprocess
+
+    texts = [subprocess.run([sys.executable, "-c", _SUMMARY_ANEW], cwd=ROOT, capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    assert "Untested here" in texts[0] and texts[0].count("\n") > 100, texts[0][-2000:]
+    changed = [(a, b) for a, b in zip(texts[0].splitlines(), texts[1].splitlines()) if a != b]
+    assert not changed, f"{len(changed)} lines differ between hash seeds 1 and 2, the first: {changed[0]}"

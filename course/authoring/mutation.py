@@ -490,7 +490,7 @@ def summary(results: list[Result], children: int, kept: dict[str, list[list[str]
     lines += ["", LEFT_HEADING if unexplained else f"{LEFT_HEADING} none", *unexplained]
     lines += ["", UNTESTED_HEADING, *(f"  {target} {function}: `{before}` -> `{after}`: {reason}; {check}"
                                       for target in order for (file, function, before, after), (reason, check)
-                                      in UNTESTED.items() if file == target)]
+                                      in sorted(UNTESTED.items()) if file == target)]  # sorted: the same each run
     return "\n".join(lines) + "\n"
 
 
