@@ -755,7 +755,6 @@ def test_the_numpy_the_equivalences_assume_is_the_oldest_the_course_allows():
     assert tuple(int(part) for part in np.__version__.split(".")[:2]) >= NUMPY_FLOOR, np.__version__
 
 
-
 #: Prints the summary of no run, every target's lines kept from the summary as it is: the GPU-only list made anew.
 _SUMMARY_ANEW = """
 from course.authoring import mutation

@@ -411,12 +411,12 @@ _STEPS_20_22 = {
         "to [B, H, T, D] gives the same heads",
 }
 
-_S25, _S26 = "solutions/step_25_serving.py", "solutions/step_26_serving_llama.py"
+_S25 = "solutions/step_25_serving.py"
 _ROW = "row = F.sum(F.cast(ended, DType.int64), axis=-1).reshape([-1])"
 _QKV_25 = ("q, k, v = (t.reshape([-1, self.n_head, self.head_dim]) for t in F.split(self.c_attn(x), "
            "[self.n_embd] * 3, axis=-1))")
-#: Steps 25 and 26's TODO code (solutions/step_25_serving.py, step_26_serving_llama.py).
-_STEPS_25_26 = {
+#: Step 25's TODO code (solutions/step_25_serving.py; step 26's has no equivalent mutant).
+_STEP_25 = {
     (_S25, "x_ragged_positions", _ROW, _ROW.replace("axis=-1", "")):
         "F.sum's axis defaults to -1, the sequences: the same counts",
     (_S25, "x_ragged_positions", _ROW, _ROW.replace("axis=-1", "axis=+1")):
@@ -1213,7 +1213,7 @@ _EXPLAINED: dict[tuple[str, str, str, str], str] = {
     **_STEP_07,
     **_STEPS_18_19,
     **_STEPS_20_22,
-    **_STEPS_25_26,
+    **_STEP_25,
     **_STEP_12,
     **_STEP_13,
     **_GENERATE,
