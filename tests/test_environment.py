@@ -204,7 +204,8 @@ def test_shipped_gpt2_tokenizer_is_gpt2s():
             assert actual == digest, f"{GPT2_TOKENIZER / name}: sha256 {actual}, {readme} says {digest}"
 
 
-@pytest.mark.parametrize("argv, pixi", [(["9"], "pixi run s09"), (["all"], "pixi run check-all")])
+@pytest.mark.parametrize("argv, pixi", [(["9"], "pixi run s09"), (["25", "26"], "pixi run check 25 26"),
+                                        (["all"], "pixi run check-all")])
 def test_check_without_the_environment_says_so_in_one_line(argv, pixi):
     """`python -m course.check 9` from a Python without the course's packages (a new terminal, the
     virtualenv not activated; here ``-S``, no site-packages) names the missing package and what to do"""

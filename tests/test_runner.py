@@ -340,13 +340,18 @@ def test_the_run_checks_the_steps_tests_on_the_learners_folder(tmp_path, monkeyp
     runner.run([2, 3], "solutions", tmp_path, [])
     files, label, again, args, _ = calls[1]
     assert files == [str(ROOT / "tests" / f"test_step_{name}.py") for name in ("02_causal_mask", "03_layer_norm")]
-    assert (label, again) == ("Steps 02, 03", "`pixi run check-all` (or `python -m course.check all`)")
+    assert (label, again) == ("Steps 02, 03", "`python -m course.check 2 3`")
     assert args == ["-m", "step02 or step03", "--target", "solutions", "--steps-dir", str(tmp_path)]
-    assert out.getvalue() == "Steps 02, 03 · all available steps (checking solutions/)\n"
+    assert out.getvalue() == f"Steps 02, 03 · {OUTLINE[2]}, {OUTLINE[3]} (checking solutions/)\n"
+    out.truncate(0)
+    out.seek(0)
+    runner.run(runner.available(), "steps", tmp_path, [])
+    assert calls[2][2] == "`pixi run check-all` (or `python -m course.check all`)"
+    assert out.getvalue() == f"Steps {', '.join(f'{n:02d}' for n in runner.available())} · all available steps (checking {tmp_path}/)\n"
 
 
-def test_the_command_line_takes_a_step_or_all(monkeypatch, capsys):
-    """main: 4, 04 or all; anything else is refused naming the range"""
+def test_the_command_line_takes_a_step_several_or_all(monkeypatch, capsys):
+    """main: 4, 04, several (25 26) or all; anything else is refused naming the range and what was given"""
     calls = []
     monkeypatch.setattr(runner, "run", lambda *args: calls.append(args) or 0)
     for given in ("4", "04"):
@@ -359,8 +364,16 @@ def test_the_command_line_takes_a_step_or_all(monkeypatch, capsys):
     assert capsys.readouterr().out == f"Step 03 ({OUTLINE[3]}) is not in the course yet.\n"
     for wrong in ("0", f"{max(OUTLINE) + 1}", "four"):
         with pytest.raises(SystemExit):
-            runner.main([wrong])
-        assert f"step must be a number from 1 to {max(OUTLINE)}, or 'all'" in capsys.readouterr().err
+            runner.main(["2", wrong])
+        assert f"step must be a number from 1 to {max(OUTLINE)}, or 'all', not '{wrong}'" in capsys.readouterr().err
+    assert len(calls) == 3, "a wrong step in a list ran the others"
+    assert runner.main(["2", "3", "02", "-x"]) == 0  # several, each once, in the order given; pytest's flags after them
+    assert calls[3] == ([2], "steps", runner.STEPS.resolve(), ["-x"])
+    assert runner.main(["3"]) == 0 and len(calls) == 4  # only steps not in the course yet: nothing runs
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        runner.main(["all", "4"])
+    assert "'all' checks every step: give it alone, not with 4" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         runner.main(["4", "--target", "elsewhere"])
     # then the choices, quoted as the Python version quotes them
@@ -372,8 +385,8 @@ def test_help_names_the_command_and_its_arguments(capsys):
     with pytest.raises(SystemExit):
         runner.main(["--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    for words in ("usage: python -m course.check [-h] [--target {steps,solutions}] [--steps-dir STEPS_DIR] step",
+    for words in ("usage: python -m course.check [-h] [--target {steps,solutions}] [--steps-dir STEPS_DIR] step [step ...]",
                   "The friendly check runner behind ``pixi run sNN``: pytest, reported for learners.",
-                  "step a step number (4 or 04), or 'all'", "--steps-dir STEPS_DIR the folder --target steps reads"):
+                  "step a step number (4 or 04), several (25 26), or 'all'", "--steps-dir STEPS_DIR the folder --target steps reads"):
         assert words in shown, f"{words!r} not in {shown!r}"
     assert "It runs the step's pytest checks" not in shown, f"the description is more than its first line: {shown!r}"

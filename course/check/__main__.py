@@ -6,7 +6,9 @@ try:
 except ModuleNotFoundError as error:  # a new terminal, without the course's environment
     from course.outline import not_installed
 
-    pixi = f"pixi run s{int(sys.argv[1]):02d}" if sys.argv[1:] and sys.argv[1].isdigit() else "pixi run check-all"
+    steps = [arg for arg in sys.argv[1:] if arg.isdigit()]
+    pixi = (f"pixi run s{int(steps[0]):02d}" if len(steps) == 1 else f"pixi run check {' '.join(steps)}" if steps
+            else "pixi run check-all")
     sys.exit(not_installed(error, "python -m course.check", pixi))
 
 code = main()

@@ -1,6 +1,7 @@
 """The friendly check runner behind ``pixi run sNN``: pytest, reported for learners.
 
     python -m course.check 4                      # step 04 on your steps/
+    python -m course.check 25 26                  # steps 25 and 26
     python -m course.check all                    # every step, in order
     python -m course.check 4 --target solutions   # the finished code
 
@@ -275,9 +276,12 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
     if len(numbers) == 1:
         label, title = f"Step {numbers[0]:02d}", OUTLINE[numbers[0]]
         again = check_command(numbers[0])
-    else:
+    elif numbers == available():
         label, title = "Steps " + ", ".join(f"{n:02d}" for n in numbers), "all available steps"
         again = "`pixi run check-all` (or `python -m course.check all`)"
+    else:
+        label, title = "Steps " + ", ".join(f"{n:02d}" for n in numbers), ", ".join(OUTLINE[n] for n in numbers)
+        again = f"`python -m course.check {' '.join(str(n) for n in numbers)}`"
     checked = shown(steps_dir) if target == "steps" else shown(SOLUTIONS)
     console.print(f"[bold]{label} · {title}[/] [dim](checking {checked}/)[/]")
     cache = max_cache()
@@ -291,19 +295,25 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course.check", description=__doc__.split("\n")[0])
-    parser.add_argument("step", help="a step number (4 or 04), or 'all'")
+    parser.add_argument("step", nargs="+", help="a step number (4 or 04), several (25 26), or 'all'")
     parser.add_argument("--target", choices=("steps", "solutions"), default="steps")
     parser.add_argument("--steps-dir", type=Path, default=STEPS, help="the folder --target steps reads")
     args, extra = parser.parse_known_args(argv)
-    if args.step == "all":
+    if "all" in args.step:
+        if len(args.step) > 1:
+            parser.error(f"'all' checks every step: give it alone, not with {' '.join(s for s in args.step if s != 'all')}")
         numbers = available()
     else:
-        number = int(args.step) if args.step.isdigit() else None
-        if number not in OUTLINE:
-            parser.error(f"step must be a number from 1 to {max(OUTLINE)}, or 'all'")
-        if number not in available():
-            console.print(f"Step {number:02d} ({OUTLINE[number]}) is not in the course yet.")
+        numbers = []
+        for given in args.step:
+            number = int(given) if given.isdigit() else None
+            if number not in OUTLINE:
+                parser.error(f"step must be a number from 1 to {max(OUTLINE)}, or 'all', not {given!r}")
+            if number not in available():
+                console.print(f"Step {number:02d} ({OUTLINE[number]}) is not in the course yet.")
+            elif number not in numbers:
+                numbers.append(number)
+        if not numbers:
             return 0
-        numbers = [number]
     return run(numbers, args.target, args.steps_dir.resolve(), extra)
 
