@@ -340,7 +340,7 @@ def test_the_run_checks_the_steps_tests_on_the_learners_folder(tmp_path, monkeyp
     runner.run([2, 3], "solutions", tmp_path, [])
     files, label, again, args, _ = calls[1]
     assert files == [str(ROOT / "tests" / f"test_step_{name}.py") for name in ("02_causal_mask", "03_layer_norm")]
-    assert (label, again) == ("Steps 02, 03", "`python -m course.check 2 3`")
+    assert (label, again) == ("Steps 02, 03", "`pixi run check 2 3` (or `python -m course.check 2 3`)")
     assert args == ["-m", "step02 or step03", "--target", "solutions", "--steps-dir", str(tmp_path)]
     assert out.getvalue() == f"Steps 02, 03 · {OUTLINE[2]}, {OUTLINE[3]} (checking solutions/)\n"
     out.truncate(0)

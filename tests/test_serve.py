@@ -4,6 +4,7 @@ Hugging Face's greedy tokens."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -201,46 +202,59 @@ def _served():
 #: Bad completions, and the course's message for each (MAX's own server answers most with "Value error.", makes a
 #: token for max_tokens 0, ignores n, and crashes on a token id past the vocabulary).
 BAD = [
-    ([1, 2], 400, "the body is a JSON list, not an object with model and prompt"),
-    ({"model": "gpt-4", "prompt": "Hi"}, 404, 'model "gpt-4" is not served here: this server serves "course-llama"'),
-    ({"model": "course-llama"}, 400, "the body has no prompt: give a text, or a list of token ids"),
-    ({"model": "course-llama", "prompt": ""}, 400, "prompt is empty: give a text, or a list of token ids"),
-    ({"model": "course-llama", "prompt": [99999999]}, 400,
+    ([1, 2], 400, "", "the body is a JSON list, not an object with model and prompt"),
+    ({"model": "gpt-4", "prompt": "Hi"}, 404, "model",
+     'model "gpt-4" is not served here: this server serves "course-llama"'),
+    ({"model": "course-llama"}, 400, "prompt", "the body has no prompt: give a text, or a list of token ids"),
+    ({"model": "course-llama", "prompt": ""}, 400, "prompt", "prompt is empty: give a text, or a list of token ids"),
+    ({"model": "course-llama", "prompt": [99999999]}, 400, "prompt",
      "prompt[0] is token id 99999999, outside the vocabulary: ids run from 0 to 50256"),
-    ({"model": "course-llama", "prompt": [5, -3]}, 400,
+    ({"model": "course-llama", "prompt": [5, -3]}, 400, "prompt",
      "prompt[1] is token id -3, outside the vocabulary: ids run from 0 to 50256"),
-    ({"model": "course-llama", "prompt": {"text": "Hi"}}, 400,
+    ({"model": "course-llama", "prompt": [50256, 50257]}, 400, "prompt",
+     "prompt[1] is token id 50257, outside the vocabulary: ids run from 0 to 50256"),
+    ({"model": "course-llama", "prompt": {"text": "Hi"}}, 400, "prompt",
      'prompt {"text": "Hi"}: it must be a text or a list of token ids'),
-    ({"model": "course-llama", "prompt": ["a", "b"]}, 400, "prompt holds 2 prompts: this server takes one prompt a "
-     "request (send the others as requests of their own; it batches them)"),
-    ({"model": "course-llama", "prompt": " ".join(["word"] * 300)}, 400,
+    ({"model": "course-llama", "prompt": 7}, 400, "prompt", "prompt 7: it must be a text or a list of token ids"),
+    ({"model": "course-llama", "prompt": ["a", "b"]}, 400, "prompt", "prompt holds 2 prompts: this server takes one "
+     "prompt a request (send the others as requests of their own; it batches them)"),
+    ({"model": "course-llama", "prompt": " ".join(["word"] * 300)}, 400, "prompt",
      "prompt is 300 tokens; course-llama's context is 256 tokens, and at least one must be left for the answer"),
-    ({"model": "course-llama", "prompt": "Hi", "max_tokens": 0}, 400, "max_tokens 0: it must be at least 1"),
-    ({"model": "course-llama", "prompt": "Hi", "max_tokens": "ten"}, 400, 'max_tokens "ten": it must be a whole number'),
-    ({"model": "course-llama", "prompt": "Hi there", "max_tokens": 100000}, 400, "max_tokens 100000 with a prompt of "
-     "2 tokens needs 100002; course-llama's context is 256 tokens: ask for at most 254"),
-    ({"model": "course-llama", "prompt": "Hi", "n": 3}, 400, "n 3: it must be at least 1 and at most 1"),
-    ({"model": "course-llama", "prompt": "Hi", "temperature": -1}, 400, "temperature -1: it must be from 0 to 2"),
-    ({"model": "course-llama", "prompt": "Hi", "temperature": "hot"}, 400,
+    ({"model": "course-llama", "prompt": " ".join(["word"] * 256)}, 400, "prompt",
+     "prompt is 256 tokens; course-llama's context is 256 tokens, and at least one must be left for the answer"),
+    ({"model": "course-llama", "prompt": "Hi", "max_tokens": 0}, 400, "max_tokens", "max_tokens 0: it must be at least 1"),
+    ({"model": "course-llama", "prompt": "Hi", "max_tokens": "ten"}, 400, "max_tokens",
+     'max_tokens "ten": it must be a whole number'),
+    ({"model": "course-llama", "prompt": "Hi there", "max_tokens": 100000}, 400, "max_tokens", "max_tokens 100000 with "
+     "a prompt of 2 tokens needs 100002; course-llama's context is 256 tokens: ask for at most 254"),
+    ({"model": "course-llama", "prompt": "Hi there", "max_tokens": 255}, 400, "max_tokens", "max_tokens 255 with a "
+     "prompt of 2 tokens needs 257; course-llama's context is 256 tokens: ask for at most 254"),
+    ({"model": "course-llama", "prompt": "Hi", "n": 3}, 400, "n", "n 3: it must be at least 1 and at most 1"),
+    ({"model": "course-llama", "prompt": "Hi", "n": 2}, 400, "n", "n 2: it must be at least 1 and at most 1"),
+    ({"model": "course-llama", "prompt": "Hi", "temperature": -1}, 400, "temperature",
+     "temperature -1: it must be from 0 to 2"),
+    ({"model": "course-llama", "prompt": "Hi", "temperature": "hot"}, 400, "temperature",
      'temperature "hot": it must be a number from 0 to 2'),
-    ({"model": "course-llama", "prompt": "Hi", "top_p": 0}, 400, "top_p 0: it must be above 0 and at most 1"),
-    ({"model": "course-llama", "prompt": "Hi", "top_k": -7}, 400, "top_k -7: it must be at least 0"),
-    ({"model": "course-llama", "prompt": "Hi", "seed": 1.5}, 400, "seed 1.5: it must be a whole number"),
-    ({"model": "course-llama", "prompt": "Hi", "stream": "yes"}, 400, 'stream "yes": it must be true or false'),
+    ({"model": "course-llama", "prompt": "Hi", "top_p": 0}, 400, "top_p", "top_p 0: it must be above 0 and at most 1"),
+    ({"model": "course-llama", "prompt": "Hi", "top_k": -7}, 400, "top_k", "top_k -7: it must be at least 0"),
+    ({"model": "course-llama", "prompt": "Hi", "seed": 1.5}, 400, "seed", "seed 1.5: it must be a whole number"),
+    ({"model": "course-llama", "prompt": "Hi", "seed": -1}, 400, "seed", "seed -1: it must be at least 0"),
+    ({"model": "course-llama", "prompt": "Hi", "stream": "yes"}, 400, "stream", 'stream "yes": it must be true or false'),
 ]
 
 
-@pytest.mark.parametrize("body, status, message", BAD, ids=[message.split(":")[0][:40] for _, _, message in BAD])
-def test_the_front_door_refuses_a_bad_completion_with_its_reason(body, status, message):
+@pytest.mark.parametrize("body, status, param, message", BAD,
+                         ids=[message.split(":")[0][:40] for _, _, _, message in BAD])
+def test_the_front_door_refuses_a_bad_completion_with_its_reason(body, status, param, message):
     """front.check: each bad completion is refused with its status and the course's message, which names the
-    field and the value (OpenAI's error shape, with the field as its param)"""
+    field and the value (OpenAI's error shape, with the field as its param, which the client's error carries)"""
     from course.programs import front
 
     with pytest.raises(front.Refusal) as refused:
         front.check(body, _served())
     got = refused.value
-    assert (got.status, got.message) == (status, message), (got.status, got.message)
-    assert got.body() == {"error": {"message": message, "type": "invalid_request_error", "param": got.param,
+    assert (got.status, got.message, str(got)) == (status, message, message), (got.status, got.message, str(got))
+    assert got.body() == {"error": {"message": message, "type": "invalid_request_error", "param": param,
                                     "code": str(status)}}, got.body()
 
 
@@ -252,7 +266,11 @@ def test_the_front_door_lets_a_good_completion_through_and_refuses_chat():
     for body in ({"model": "course-llama", "prompt": "Hi", "max_tokens": 32, "temperature": 0},
                  {"model": "course-llama", "prompt": [0, 50256], "max_tokens": 254, "top_p": 1, "top_k": -1,
                   "seed": 7, "stream": True},
-                 {"model": "course-llama", "prompt": ["In the beginning"], "temperature": 2, "top_k": 40}):
+                 {"model": "course-llama", "prompt": ["In the beginning"], "temperature": 2, "top_k": 40},
+                 # each edge of each range: the least, the most, and the prompt that leaves one token for the answer
+                 {"model": "course-llama", "prompt": "Hi", "max_tokens": 1, "n": 1, "seed": 0, "top_k": 0,
+                  "top_p": 1e-9, "frequency_penalty": -2, "presence_penalty": 2, "stream": False},
+                 {"model": "course-llama", "prompt": " ".join(["word"] * 255), "max_tokens": 1}):
         assert front.check(body, _served()) is None, body
     with pytest.raises(front.Refusal) as refused:
         front.check({"model": "course-llama", "messages": [{"role": "user", "content": "Hi"}]}, _served(), chat=True)
@@ -279,6 +297,219 @@ def test_the_chapters_table_of_bad_requests_is_what_the_door_answers():
             front.check(body, _served(), chat=chat)
         got = (str(refused.value.status), refused.value.message)
         assert got == (status, message), f"{request}: the page says {status} {message!r}, the door {got}"
+
+
+class _Upstream:
+    """A stand-in for MAX's server behind the door, on a port of its own. It keeps each request it gets (method,
+    path with its query, headers, body). A completion is answered with a stream of chunks and a header of its own:
+    three at once; with ``max_tokens`` 200, two with a pause longer than httpx's default timeout (5 s) between them;
+    with ``max_tokens`` 100, one every 0.1 s for 5 s, noting in ``hung_up`` after how many its reader was gone.
+    Anything else is answered with 418 and a JSON body."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        seen = self.seen = []
+        self.hung_up = threading.Event()
+        self.connections = set()  # the door's connections to it, by their address
+        upstream = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def _answer(self):
+                if self.headers.get("Transfer-Encoding") == "chunked":  # what the door should never send on
+                    body = b"(chunked)"
+                else:
+                    body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                upstream.connections.add(self.client_address)
+                if self.path.split("?")[0] != "/v1/completions":
+                    answer = json.dumps({"path": self.path}).encode()
+                    self.send_response(418)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(answer)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("X-Upstream", "max")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                asked = json.loads(body).get("max_tokens") if body.startswith(b"{") else None
+                if asked == 100:
+                    try:
+                        for sent in range(50):
+                            self._chunk(b"data: %d\n\n" % sent)
+                            time.sleep(0.1)
+                    except OSError:  # the door closed its side: its client hung up
+                        upstream.hung_up.set()
+                        return
+                else:
+                    for index, chunk in enumerate((b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n")):
+                        if asked == 200 and index == 2:
+                            time.sleep(5.5)
+                        self._chunk(chunk)
+                self.wfile.write(b"0\r\n\r\n")
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_OPTIONS = _answer
+
+            def log_message(self, *args):  # quiet
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def _door(upstream: str):
+    """front.app served as serve serves it (uvicorn, in a thread here) on a free port, before ``upstream``: yields
+    a function that sends one request over HTTP and returns (status, headers as (name, value) pairs, body)."""
+    import http.client
+    import threading
+
+    import uvicorn
+
+    from course.programs import front
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(front.app(_served(), upstream), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "the door did not start"
+
+    def send(method: str, path: str, body=None, headers: dict | None = None):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            chunked = body is not None and not isinstance(body, (bytes, str))
+            connection.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+            answer = connection.getresponse()
+            return answer.status, answer.getheaders(), answer.read()
+        finally:
+            connection.close()
+
+    try:
+        yield send, port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.mark.serve  # uvicorn, Starlette and httpx come with the `serve` extra
+def test_the_door_answers_a_bad_request_itself_and_forwards_the_rest_unchanged():
+    """front.app over HTTP, before a stand-in for MAX's server: a bad completion, a chat completion and a body that
+    is not JSON are answered by the door (OpenAI's error shape) and never reach MAX; a good completion reaches it as
+    sent (body, query, headers but the host; a chunked upload as one body of its length) and its stream comes back
+    whole and framed once, with MAX's status and headers; other paths and methods go through; MAX gone: 502"""
+    upstream = _Upstream()
+    try:
+        with _door(upstream.url) as (send, port):
+            for path, body, status, param, message in [
+                    ("/v1/completions", json.dumps({"model": "course-llama", "prompt": [50257]}), 400, "prompt",
+                     "prompt[0] is token id 50257, outside the vocabulary: ids run from 0 to 50256"),
+                    ("/v1/chat/completions", json.dumps({"model": "course-llama", "messages": []}), 400, "messages",
+                     "course-llama has no chat template (it was trained on plain text): send a prompt to "
+                     "/v1/completions"),
+                    ("/v1/completions", "{not json", 400, "",
+                     "the body is not JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+                     "(char 1))"),
+                    ("/v1/completions", b"\x80", 400, "", "the body is not JSON ('utf-8' codec can't decode byte "
+                     "0x80 in position 0: invalid start byte)")]:
+                status_got, _, answer = send("POST", path, body)
+                assert (status_got, json.loads(answer)) == (status, {"error": {
+                    "message": message, "type": "invalid_request_error", "param": param, "code": str(status)}}), \
+                    (path, body, status_got, answer)
+            assert upstream.seen == [], f"a refused request reached MAX's server: {upstream.seen}"
+
+            good = json.dumps({"model": "course-llama", "prompt": "Hi there", "max_tokens": 254, "stream": True})
+            for upload in (good, iter([good[:20].encode(), good[20:].encode()])):  # with a length, then chunked
+                status, headers, answer = send("POST", "/v1/completions?trace=1", upload,
+                                                {"Authorization": "Bearer none", "Content-Type": "application/json"})
+                assert (status, answer) == (200, b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"), (status, answer)
+                names = [name.lower() for name, _ in headers]
+                assert dict((n.lower(), v) for n, v in headers)["x-upstream"] == "max", headers
+                assert names.count("transfer-encoding") + names.count("content-length") == 1, headers
+                method, path, sent_headers, body = upstream.seen[-1]
+                assert (method, path, body) == ("POST", "/v1/completions?trace=1", good.encode()), upstream.seen[-1]
+                assert sent_headers["authorization"] == "Bearer none", sent_headers
+                assert sent_headers["content-type"] == "application/json", sent_headers
+                assert sent_headers["host"] == upstream.url.removeprefix("http://"), sent_headers
+                assert sent_headers["content-length"] == str(len(good)), sent_headers
+
+            for method in ("GET", "PUT", "DELETE", "OPTIONS"):
+                status, _, answer = send(method, "/v1/models")
+                assert (status, json.loads(answer)) == (418, {"path": "/v1/models"}), (method, status, answer)
+                assert upstream.seen[-1][:2] == (method, "/v1/models"), upstream.seen[-1]
+            status, _, answer = send("GET", "/v1/completions")  # a completion's path, not a POST: MAX's to answer
+            assert status == 200 and upstream.seen[-1][:2] == ("GET", "/v1/completions"), (status, answer)
+            upstream.connections.clear()
+            for _ in range(4):  # an answer the door never reads (a HEAD's) is closed all the same: one connection
+                status, _, answer = send("HEAD", "/v1/models")
+                assert (status, answer, upstream.seen[-1][0]) == (418, b"", "HEAD"), (status, answer)
+            assert len(upstream.connections) == 1, f"4 HEAD requests held {len(upstream.connections)} connections"
+        from starlette.testclient import TestClient
+
+        from course.programs import front
+
+        with TestClient(front.app(_served(), upstream.url)) as door:  # what the door hands its own server, unframed
+            for method, path, body in (("POST", "/v1/completions", good), ("GET", "/v1/models", None)):
+                headers = door.request(method, path, content=body).headers
+                framing = {name for name in headers if name.lower() in ("content-length", "transfer-encoding")}
+                assert not framing, f"{method} {path}: MAX's {framing} handed on; the door's server frames the answer"
+    finally:
+        upstream.close()
+    with _door(upstream.url) as (send, _):  # MAX's server gone from its port
+        status, _, answer = send("GET", "/health")
+    assert (status, json.loads(answer)) == (502, {"error": {
+        "message": "MAX's server behind this one did not answer (ConnectError)", "type": "invalid_request_error",
+        "param": "", "code": "502"}}), (status, answer)
+
+
+@pytest.mark.serve
+def test_the_door_waits_as_long_as_max_takes_and_lets_go_when_its_client_does():
+    """a completion whose stream pauses longer than httpx's default timeout (5 s) still comes back whole through the
+    door; and a client that hangs up in the middle of a stream ends it at MAX's end too (MAX stops generating for
+    a reader that is gone), within a second, not after the 5 s the stream would have run"""
+    import http.client
+
+    upstream = _Upstream()
+    try:
+        with _door(upstream.url) as (send, port):
+            slow = json.dumps({"model": "course-llama", "prompt": "Hi", "max_tokens": 200})
+            status, _, answer = send("POST", "/v1/completions", slow)
+            assert (status, answer) == (200, b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"), (status, answer)
+
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("POST", "/v1/completions",
+                               json.dumps({"model": "course-llama", "prompt": "Hi", "max_tokens": 100}))
+            answer = connection.getresponse()
+            assert answer.status == 200 and answer.read1(64).startswith(b"data: 0"), answer.status
+            hung_up = time.monotonic()
+            answer.close()
+            connection.close()
+            assert upstream.hung_up.wait(3), "MAX's end of the stream kept going after the client hung up"
+            assert time.monotonic() - hung_up < 2, f"MAX's end let go {time.monotonic() - hung_up:.1f} s later"
+    finally:
+        upstream.close()
 
 
 def _hugging_faces(folder: Path, prompt: str) -> str:
@@ -397,10 +628,11 @@ def test_the_server_answers_every_bad_request_and_keeps_serving(llama_server):
 
     url, _ = llama_server
     good = {"model": "course-llama", "prompt": "In the beginning", "max_tokens": 4, "temperature": 0}
-    cases = [*BAD, (b"not json {", 400, "the body is not JSON (Expecting value: line 1 column 1 (char 0))")]
-    for body, status, message in cases:
+    cases = [*BAD, (b"not json {", 400, "", "the body is not JSON (Expecting value: line 1 column 1 (char 0))")]
+    for body, status, param, message in cases:
         got = _post(url, body)
         assert got[0] == status and got[1]["error"]["message"] == message, (body, got)
+        assert got[1]["error"]["param"] == param, (body, got)
         after = _post(url, good)
         assert after[0] == 200 and after[1]["usage"]["completion_tokens"] == 4, (body, after)
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=300)

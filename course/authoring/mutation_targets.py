@@ -125,6 +125,29 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "course/decoding.py": ("tests/test_step_16_memory_limit.py",
                            "tests/test_quantize.py::test_the_kernel_road_gives_the_cached_q4_0_logits",
                            "tests/test_quantize.py::test_the_fused_kernel_road_gives_the_rounded_models_logits"),
+    # Part III's machinery, in the tests' process (the servers the `serve` checks start run it where mutmut cannot see)
+    # the front door: every bad request's status and message, a good one let through, the chapter's table
+    "course/programs/front.py": tuple(f"tests/test_serve.py::test_{name}" for name in (
+        "the_front_door_refuses_a_bad_completion_with_its_reason",
+        "the_front_door_lets_a_good_completion_through_and_refuses_chat",
+        "the_chapters_table_of_bad_requests_is_what_the_door_answers",
+        "the_door_answers_a_bad_request_itself_and_forwards_the_rest_unchanged",
+        "the_door_waits_as_long_as_max_takes_and_lets_go_when_its_client_does")),
+    # serve: the served copy of a folder, the command and environment it starts, its refusals, its wait
+    "course/programs/serve.py": tuple(f"tests/test_serve.py::test_{name}" for name in (
+        "the_served_copy_is_float32_with_the_same_numbers_and_tokens_written_once",
+        "a_changed_checkpoint_gets_a_copy_of_its_own",
+        "the_command_listens_on_this_machine_with_batching_on_and_telemetry_off",
+        "max_serve_runs_offline_without_metrics_unless_the_user_asks_for_them",
+        "the_learners_gpt2_is_served_from_their_folder", "serve_refuses_in_one_line",
+        "a_server_that_exits_early_is_said_and_one_that_never_answers_times_out")),
+    # bench --serve: its servers, its medians and its report, the servers faked; where llama.cpp's server is found
+    "course/programs/serve_bench.py": tuple(f"tests/test_serve.py::test_{name}" for name in (
+        "bench_serve_starts_each_server_once_a_round_and_reports_medians",
+        "bench_serve_reports_every_server_and_llama_cpps_settings")),
+    "course/programs/llama_server.py": (
+        "tests/test_serve.py::test_bench_finds_llama_server_where_it_looks_and_says_how_to_build_one",
+        "tests/test_serve.py::test_bench_serve_reports_every_server_and_llama_cpps_settings"),
     "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
         "step_18_rms_norm", "step_19_rope", "step_20_swiglu", "step_21_gqa", "step_22_llama_model",
@@ -423,6 +446,30 @@ _STEP_25 = {
         "ended is [N, B]: axis +1 is its last, the sequences",
     (_S25, "xǁPagedSelfAttentionǁforward", _QKV_25, _QKV_25.replace("axis=-1", "axis=+1")):
         "c_attn's output is [N, 3C], no batch axis: axis +1 is its last",
+}
+
+_FRONT = "course/programs/front.py"
+_QUOTED = 'raise Refusal(f"prompt {json.dumps(prompt)[:80]}: it must be a text or a list of token ids", "prompt")'
+_MANY = "if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):"
+_HEADERS = ('headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length",')
+_METHODS = 'methods = ["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD"]'
+_STARLETTE = 'return Starlette(routes=[Route("/{path:path}", forward, methods=methods)], lifespan=lifespan)'
+#: The front door's (course/programs/front.py).
+_FRONT_DOOR = {
+    (_FRONT, "x__prompt_tokens", _QUOTED, _QUOTED.replace("[:80]", "[:81]")):
+        "how much of a wrong prompt the message quotes, 80 characters or 81: one line either way",
+    (_FRONT, "x__prompt_tokens", _MANY, _MANY.replace("len(prompt) > 1", "len(prompt) >= 1")):
+        "a list of one text or one list returned on the line before: what reaches this one holds more, or no text",
+    **{(_FRONT, "x_app", _HEADERS, _HEADERS.replace('"content-length"', after)):
+       "the body goes on as it was read, so a client's own Content-Length is the length httpx sets"
+       for after in ('"XXcontent-lengthXX"', '"CONTENT-LENGTH"')},
+    **{(_FRONT, "x_app", _METHODS, _METHODS.replace(f'"{name}"', f'"{name.lower()}"')):
+       "Starlette's Route reads its methods in upper case" for name in ("GET", "POST", "PUT", "DELETE", "OPTIONS")},
+    **{(_FRONT, "x_app", _METHODS, _METHODS.replace('"HEAD"', after)): "Starlette's Route adds HEAD wherever GET is"
+       for after in ('"XXHEADXX"', '"head"')},
+    **{(_FRONT, "x_app", _STARLETTE, _STARLETTE.replace("lifespan=lifespan", after)):
+       "the client to MAX's server closes with the door's process, which ends when its server does (serve.main)"
+       for after in ("lifespan=None", "")},
 }
 
 #: Step 07's TODO code (solutions/step_07_attention.py).
@@ -1214,6 +1261,7 @@ _EXPLAINED: dict[tuple[str, str, str, str], str] = {
     **_STEPS_18_19,
     **_STEPS_20_22,
     **_STEP_25,
+    **_FRONT_DOOR,
     **_STEP_12,
     **_STEP_13,
     **_GENERATE,

@@ -281,7 +281,8 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
         again = "`pixi run check-all` (or `python -m course.check all`)"
     else:
         label, title = "Steps " + ", ".join(f"{n:02d}" for n in numbers), ", ".join(OUTLINE[n] for n in numbers)
-        again = f"`python -m course.check {' '.join(str(n) for n in numbers)}`"
+        listed = " ".join(str(n) for n in numbers)
+        again = f"`pixi run check {listed}` (or `python -m course.check {listed}`)"
     checked = shown(steps_dir) if target == "steps" else shown(SOLUTIONS)
     console.print(f"[bold]{label} · {title}[/] [dim](checking {checked}/)[/]")
     cache = max_cache()

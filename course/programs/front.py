@@ -81,7 +81,7 @@ def check(body, served: Served, chat: bool = False) -> None:
     """Raises :class:`Refusal` for a completion (or, with ``chat``, a chat completion) body that the served model
     cannot answer as asked; returns None for one MAX's server may have."""
     if not isinstance(body, dict):
-        raise Refusal(f"the body is a JSON {type(body).__name__}, not an object with model and prompt", "")
+        raise Refusal(f"the body is a JSON {type(body).__name__}, not an object with model and prompt")
     model = body.get("model")
     if model != served.name:
         raise Refusal(f"model {json.dumps(model)} is not served here: this server serves {json.dumps(served.name)}",
@@ -121,7 +121,6 @@ def app(served: Served, upstream: str):
     """The ASGI app: checked completions, and every other request, forwarded to MAX's server at ``upstream``."""
     import httpx
     from starlette.applications import Starlette
-    from starlette.background import BackgroundTask
     from starlette.requests import Request
     from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
@@ -136,11 +135,14 @@ def app(served: Served, upstream: str):
                 try:
                     body = json.loads(raw)
                 except (ValueError, UnicodeDecodeError) as error:
-                    raise Refusal(f"the body is not JSON ({error})", "") from None
+                    raise Refusal(f"the body is not JSON ({error})") from None
                 check(body, served, chat=path.endswith("chat/completions"))
             except Refusal as refusal:
                 return JSONResponse(refusal.body(), status_code=refusal.status)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        # The body goes on whole, whatever framing it came in: httpx sets its length (a client's chunked upload
+        # forwarded as chunked as well would carry both, which MAX's server refuses or misreads) and the host.
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length",
+                                                                                 "transfer-encoding")}
         outgoing = client.build_request(request.method, path, params=request.query_params, content=raw,
                                         headers=headers)
         try:
@@ -149,8 +151,9 @@ def app(served: Served, upstream: str):
             return JSONResponse(Refusal(f"MAX's server behind this one did not answer ({type(error).__name__})",
                                         status=502).body(), status_code=502)
         kept = {k: v for k, v in answer.headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
-        return StreamingResponse(answer.aiter_raw(), status_code=answer.status_code, headers=kept,
-                                 background=BackgroundTask(answer.aclose))
+        # aiter_raw closes MAX's answer when it ends, and when the client hangs up (the stream is cancelled): its
+        # connection goes back to the pool, and MAX stops generating for a reader that is gone.
+        return StreamingResponse(answer.aiter_raw(), status_code=answer.status_code, headers=kept)
 
     @contextlib.asynccontextmanager
     async def lifespan(_):
