@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -303,7 +304,8 @@ class _Upstream:
     """A stand-in for MAX's server behind the door, on a port of its own. It keeps each request it gets (method,
     path with its query, headers, body). A completion is answered with a stream of chunks and a header of its own:
     three at once; with ``max_tokens`` 200, two with a pause longer than httpx's default timeout (5 s) between them;
-    with ``max_tokens`` 100, one every 0.1 s for 5 s, noting in ``hung_up`` after how many its reader was gone.
+    with ``max_tokens`` 100, one every 0.1 s for 5 s, setting ``hung_up`` if its reader is gone before the end.
+    With ``max_tokens`` 150, not streamed: one JSON answer after 5 s, or ``hung_up`` set if the reader goes first.
     Anything else is answered with 418 and a JSON body."""
 
     def __init__(self):
@@ -338,12 +340,24 @@ class _Upstream:
                     if self.command != "HEAD":
                         self.wfile.write(answer)
                     return
+                asked = json.loads(body).get("max_tokens") if body.startswith(b"{") else None
+                if asked == 150:  # not streamed: nothing is sent until the whole answer is ready, 5 s later
+                    for _ in range(50):
+                        time.sleep(0.1)
+                        readable, _, _ = select.select([self.connection], [], [], 0)
+                        if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                            upstream.hung_up.set()  # the door closed its side: its client hung up
+                            return
+                    self.send_response(200)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("X-Upstream", "max")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                asked = json.loads(body).get("max_tokens") if body.startswith(b"{") else None
                 if asked == 100:
                     try:
                         for sent in range(50):
@@ -487,8 +501,9 @@ def test_the_door_answers_a_bad_request_itself_and_forwards_the_rest_unchanged()
 @pytest.mark.serve
 def test_the_door_waits_as_long_as_max_takes_and_lets_go_when_its_client_does():
     """a completion whose stream pauses longer than httpx's default timeout (5 s) still comes back whole through the
-    door; and a client that hangs up in the middle of a stream ends it at MAX's end too (MAX stops generating for
-    a reader that is gone), within a second, not after the 5 s the stream would have run"""
+    door; and a client that hangs up, in the middle of a stream or before a whole answer's first byte, ends the
+    request at MAX's end too within a second, not after the 5 s it would have run (MAX's server cancels a request
+    whose client hangs up, and frees its place in the batch)"""
     import http.client
 
     upstream = _Upstream()
@@ -507,6 +522,16 @@ def test_the_door_waits_as_long_as_max_takes_and_lets_go_when_its_client_does():
             answer.close()
             connection.close()
             assert upstream.hung_up.wait(3), "MAX's end of the stream kept going after the client hung up"
+            assert time.monotonic() - hung_up < 2, f"MAX's end let go {time.monotonic() - hung_up:.1f} s later"
+
+            upstream.hung_up.clear()  # not streamed: the client hangs up before the answer's first byte
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("POST", "/v1/completions",
+                               json.dumps({"model": "course-llama", "prompt": "Hi", "max_tokens": 150}))
+            time.sleep(0.5)
+            hung_up = time.monotonic()
+            connection.close()
+            assert upstream.hung_up.wait(3), "MAX's end kept the request after its client hung up, before an answer"
             assert time.monotonic() - hung_up < 2, f"MAX's end let go {time.monotonic() - hung_up:.1f} s later"
     finally:
         upstream.close()

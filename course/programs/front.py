@@ -117,12 +117,39 @@ def check(body, served: Served, chat: bool = False) -> None:
         raise Refusal(f"stream {json.dumps(body['stream'])}: it must be true or false", "stream")
 
 
+async def _unless_hung_up(request, sending):
+    """What ``sending`` (the request to MAX's server) returns; or, if the client hangs up first, None, with the
+    sending cancelled, which closes its connection: MAX's server then cancels the request and frees its place in the
+    batch. (Starlette ends a stream whose client hangs up, but waits out a request that has no answer yet: a whole
+    completion's, until its last token.) Called once the request's body has been read: the watch reads on."""
+    import asyncio
+
+    async def hung_up():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    work, watch = asyncio.ensure_future(sending), asyncio.ensure_future(hung_up())
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the door itself stopping: MAX's request goes with it
+        work.cancel()
+        raise
+    finally:
+        watch.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return None
+
+
 def app(served: Served, upstream: str):
     """The ASGI app: checked completions, and every other request, forwarded to MAX's server at ``upstream``."""
     import httpx
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     client = httpx.AsyncClient(base_url=upstream, timeout=None)
@@ -146,10 +173,12 @@ def app(served: Served, upstream: str):
         outgoing = client.build_request(request.method, path, params=request.query_params, content=raw,
                                         headers=headers)
         try:
-            answer = await client.send(outgoing, stream=True)
+            answer = await _unless_hung_up(request, client.send(outgoing, stream=True))
         except httpx.HTTPError as error:
             return JSONResponse(Refusal(f"MAX's server behind this one did not answer ({type(error).__name__})",
                                         status=502).body(), status_code=502)
+        if answer is None:  # nobody to answer: 499, nginx's "client closed request", for the log alone
+            return Response(status_code=499)
         kept = {k: v for k, v in answer.headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
         # aiter_raw closes MAX's answer when it ends, and when the client hangs up (the stream is cancelled): its
         # connection goes back to the pool, and MAX stops generating for a reader that is gone.
