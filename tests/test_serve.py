@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,6 +68,14 @@ def test_the_served_copy_is_float32_with_the_same_numbers_and_tokens_written_onc
     expected = GPT2TokenizerFast.from_pretrained(str(checkpoint.folder))(text)["input_ids"]
     assert ids == expected and len(vocab) == 50257 and merges, (ids[:12], expected[:12])
     assert _sums(checkpoint.folder) == before, "prepare changed the original folder"
+    assert (folder / "generation_config.json").read_bytes() == \
+        (checkpoint.folder / "generation_config.json").read_bytes(), "the generation settings were not copied"
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "np") as stored_file:
+        assert stored_file.metadata() == {"format": "pt"}, stored_file.metadata()  # transformers reads it as PyTorch's
+    assert json.loads((folder / serve.DONE).read_text()) == {"from": str(checkpoint.folder),
+                                                             "fingerprint": folder.name.rsplit("-", 1)[1]}
     written = (folder / "model.safetensors").stat().st_mtime_ns
     assert serve.prepare(checkpoint, tmp_path) == folder, "a second call made another copy"
     assert (folder / "model.safetensors").stat().st_mtime_ns == written, "a second call wrote the copy again"
@@ -91,19 +100,219 @@ def test_a_changed_checkpoint_gets_a_copy_of_its_own(tmp_path):
     assert second != first, "a changed checkpoint was served from the old copy"
 
 
+def test_a_copy_keeps_whole_numbers_reads_a_hub_tokenizer_and_outlives_a_start_cut_short(tmp_path, monkeypatch):
+    """prepare: a tensor of whole numbers is copied as it is (only floating tensors become float32); a folder with
+    its own tokenizer.json (a Hub folder; here a served copy) is copied with that tokenizer; a partial copy that a
+    start cut short left behind is cleared, in a cache folder made on the way; a start that another one beat to the
+    copy serves that copy and clears its own; and a tokenizer file transformers did not write is refused by name"""
+    from safetensors.numpy import load_file, save_file
+    from transformers import AutoTokenizer
+
+    source = tmp_path / "llama"
+    shutil.copytree(checkpoints.find(checkpoints.COURSE_LLAMA_NAME).folder, source)
+    weights = checkpoints.read_weights(source / "model.safetensors")
+    weights["extra.positions"] = np.arange(5, dtype=np.int64)
+    save_file(weights, str(source / "model.safetensors"), metadata={"format": "pt"})
+    checkpoint = checkpoints.find(str(source))
+    root = tmp_path / "cache" / "course-serve"  # its parents do not exist yet
+    name = f"{source.name}-{serve.fingerprint(checkpoint)}"
+    cut_short = root / f".{name}.{os.getpid()}"
+    cut_short.mkdir(parents=True)
+    (cut_short / "half.safetensors").write_bytes(b"half")
+    folder = serve.prepare(checkpoint, root)
+    assert sorted(path.name for path in root.iterdir()) == [name], "the partial copy was left behind"
+    kept = load_file(str(folder / "model.safetensors"))["extra.positions"]
+    assert kept.dtype == np.int64 and kept.tolist() == [0, 1, 2, 3, 4], kept
+
+    again = serve.prepare(checkpoints.find(str(folder)), tmp_path / "again")  # a folder with tokenizer.json
+    text = "In the beginning God created the heaven and the earth."
+    assert AutoTokenizer.from_pretrained(str(again))(text)["input_ids"] == \
+        AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
+
+    raced = serve.prepare.__globals__["checkpoints"].read_weights
+
+    def another_start_finishes_first(path):  # while this start reads the weights, another one writes the copy
+        (tmp_path / "raced" / name).mkdir(parents=True)
+        (tmp_path / "raced" / name / serve.DONE).write_text("{}")
+        return raced(path)
+
+    monkeypatch.setattr(checkpoints, "read_weights", another_start_finishes_first)
+    assert serve.prepare(checkpoint, tmp_path / "raced") == tmp_path / "raced" / name
+    assert sorted(path.name for path in (tmp_path / "raced").iterdir()) == [name], "this start's copy was left behind"
+    monkeypatch.setattr(checkpoints, "read_weights", raced)
+
+    monkeypatch.setattr(serve, "TOKENIZER_OUT", (*serve.TOKENIZER_OUT, "special_tokens.model"))
+    with pytest.raises(serve.Stop) as refused:
+        serve.prepare(checkpoint, tmp_path / "third")
+    assert str(refused.value) == (f"transformers saved no special_tokens.model for {source}; MAX's server reads them")
+
+
+class _Calls(dict):
+    """What serve's main handed MAX's server and the door, each faked (see the check below)."""
+
+    def __init__(self, monkeypatch, door=lambda: 7, ready=lambda: 12.5):
+        super().__init__()
+        self.process = object()
+        monkeypatch.setattr(serve, "free_port", lambda: 41234)
+        monkeypatch.setattr(serve, "start", lambda run, env: self.update(run=run, env=env) or self.process)
+        monkeypatch.setattr(serve, "ready", lambda url, process: self.update(url=url, waited_on=process) or ready())
+        monkeypatch.setattr(serve, "served", lambda folder, name: ("served", folder, name))
+        monkeypatch.setattr(serve, "front_door", lambda *args: self.update(door=args) or door())
+        monkeypatch.setattr(serve, "stop", lambda process: self.update(stopped=process))
+
+
+def test_main_starts_max_behind_the_door_and_stops_it_whatever_happens(tmp_path, monkeypatch, capsys):
+    """serve's main, with MAX's server, the wait and the door faked: MAX's server on a free port of 127.0.0.1 with
+    the command and environment each model and flag asks for, the door on --host and --port in front of it with the
+    served copy and the seconds MAX took, and MAX's server stopped after the door closes, after Ctrl-C, and after a
+    failed start (exit 2, one line); --prepare-only starts nothing; MAX's own Llama serves whatever steps/ holds"""
+    from course.outline import SERVE_STEPS_VARIABLE
+
+    monkeypatch.setenv("COURSE_SERVE_CACHE", str(tmp_path / "served"))
+    calls = _Calls(monkeypatch)
+    assert serve.main([]) == 7
+    llama = serve.prepare(checkpoints.find(checkpoints.COURSE_LLAMA_NAME))  # the copy main wrote, found again
+    run = serve.command(llama, "127.0.0.1", 41234, 8, "course-llama", "llama", "max")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"serve: the served copy (float32, tokenizer.json): {llama} (") and \
+        lines[0].endswith(" s)") and lines[1:] == [f"serve: {' '.join(run)}"], lines
+    assert calls == {"run": run, "env": serve.environment({}), "url": "http://127.0.0.1:41234",
+                     "waited_on": calls.process, "door": (("served", llama, "course-llama"), calls.process, 41234,
+                                                          "127.0.0.1", 8000, 12.5), "stopped": calls.process}, calls
+
+    steps = tmp_path / "steps"
+    shutil.copytree(ROOT / "solutions", steps)
+    calls = _Calls(monkeypatch)
+    argv = ["--model", "course", "--target", "steps", "--steps-dir", str(steps), "--host", "0.0.0.0", "--port",
+            "9000", "--max-batch-size", "1"]
+    assert serve.main(argv) == 7
+    gpt2 = serve.prepare(checkpoints.find("course"))
+    assert calls["run"] == serve.command(gpt2, "127.0.0.1", 41234, 1, "course", "gpt2", "max"), calls["run"]
+    assert calls["env"] == serve.environment({SERVE_STEPS_VARIABLE: str(steps.resolve())}), calls["env"]
+    assert calls["door"] == (("served", gpt2, "course"), calls.process, 41234, "0.0.0.0", 9000, 12.5), calls["door"]
+
+    calls = _Calls(monkeypatch)
+    assert serve.main(["--llama", "course"]) == 7  # the course's step 26, on the solutions
+    assert calls["run"] == serve.command(llama, "127.0.0.1", 41234, 8, "course-llama", "llama", "course")
+    assert calls["env"] == serve.environment({}), calls["env"]
+    calls = _Calls(monkeypatch)
+    assert serve.main(["--target", "steps", "--steps-dir", str(tmp_path / "empty")]) == 7  # MAX's Llama: no steps
+    assert calls["env"] == serve.environment({}), calls["env"]
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def exited():
+        raise serve.Stop("max serve exited with code 3 before it answered http://127.0.0.1:41234/health")
+
+    capsys.readouterr()
+    calls = _Calls(monkeypatch, door=interrupted)
+    assert serve.main([]) == 0 and calls["stopped"] is calls.process, calls
+    calls = _Calls(monkeypatch, ready=exited)
+    assert serve.main([]) == 2 and calls["stopped"] is calls.process and "door" not in calls, calls
+    assert capsys.readouterr().err == "serve: max serve exited with code 3 before it answered " \
+        "http://127.0.0.1:41234/health\n"
+    calls = _Calls(monkeypatch)
+    assert serve.main(["--prepare-only"]) == 0 and calls == {}, calls
+
+
+def test_serve_finds_max_beside_its_python_then_on_path(tmp_path, monkeypatch):
+    """command's program: the `max` beside this Python (its environment's, whatever PATH says), else the one on
+    PATH, else the bare name (the start then fails, saying so)"""
+    import sys
+
+    beside = Path(sys.executable).parent / "max"
+    monkeypatch.setenv("PATH", "")
+    assert serve.command(tmp_path, "127.0.0.1", 1, 1, "m", "llama", "max")[0] == str(beside)
+    elsewhere = tmp_path / "bin" / "max"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("#!/bin/sh\n")
+    elsewhere.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(elsewhere.parent))
+    assert serve.command(tmp_path, "127.0.0.1", 1, 1, "m", "llama", "max")[0] == str(elsewhere)
+    monkeypatch.setenv("PATH", "")
+    assert serve.command(tmp_path, "127.0.0.1", 1, 1, "m", "llama", "max")[0] == "max"
+
+
+def test_serve_help_names_each_flag_and_refuses_a_wrong_choice(capsys, monkeypatch):
+    """serve --help: the program's name and what it does, and each flag with its help; a --target or --llama
+    outside its choices is refused by argparse, naming the choices"""
+    monkeypatch.setenv("COLUMNS", "1000")  # no line broken inside a word ("OpenAI- compatible")
+    with pytest.raises(SystemExit):
+        serve.main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert shown.startswith("usage: serve [-h] [--model MODEL] [--llama {max,course}] [--target {solutions,steps}]"), \
+        shown
+    assert "Serve a course model with MAX's server (max serve), offline, as an OpenAI-compatible API." in shown, shown
+    for action in serve.parser()._actions[1:]:
+        assert action.help and " ".join(action.help.split()) in shown, (action.option_strings, shown)
+    for flag, wrong, choices in (("--target", "elsewhere", "'solutions', 'steps'"), ("--llama", "mine", "'max', 'course'")):
+        with pytest.raises(SystemExit):
+            serve.main([flag, wrong])
+        assert f"argument {flag}: invalid choice: '{wrong}' (choose from {choices})" in capsys.readouterr().err
+
+
+def test_the_wait_for_max_ends_when_health_answers_and_never_hangs_on_a_silent_one():
+    """ready(): the seconds until /health answers 200, asked every half second (two 503s first: about 1 s); and a
+    server that takes the connection and never answers is given up on at the timeout, not waited on forever"""
+    import http.server
+    import threading
+
+    answers = [503, 503, 200]
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(answers.pop(0) if len(answers) > 1 else answers[0])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        seconds = serve.ready(f"http://127.0.0.1:{server.server_address[1]}", None, timeout=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 0.9 <= seconds < 2.5, f"/health answered 200 after {seconds:.2f} s (two 503s, half a second apart)"
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # takes connections, never reads or answers
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    outcome = []
+    waiting = threading.Thread(target=lambda: outcome.append(_stopped_with(serve.ready, url, None, 3)))
+    waiting.start()
+    waiting.join(15)
+    silent.close()
+    assert not waiting.is_alive(), "ready() hung on a server that never answers /health"
+    assert outcome == [f"max serve did not answer {url}/health within 3 s"], outcome
+
+
+def _stopped_with(function, *args) -> str:
+    try:
+        function(*args)
+    except serve.Stop as stop:
+        return str(stop)
+    return "returned"
+
+
 def test_the_command_listens_on_this_machine_with_batching_on_and_telemetry_off():
     """max serve's command line: the served folder, MAX's CPU, float32, the batch size, 127.0.0.1 unless told
     otherwise (MAX's own default is every interface), the port; offline, without MAX's telemetry"""
     args = serve.parser().parse_args([])
     assert (args.model, args.host, args.port, args.max_batch_size) == ("course-llama", "127.0.0.1", 8000, 8), args
-    line = serve.command(Path("/served/llama"), "127.0.0.1", 8123, 4, "course-llama")
+    line = serve.command(Path("/served/llama"), "127.0.0.1", 8123, 4, "course-llama", "llama", "max")
     assert line[1] == "serve" and Path(line[0]).name == "max", line
     options = dict(zip(line[2::2], line[3::2]))
     assert options == {"--model-path": "/served/llama", "--served-model-name": "course-llama", "--devices": "cpu",
                        "--quantization-encoding": "float32", "--max-batch-size": "4", "--host": "127.0.0.1",
                        "--port": "8123"}, options
     assert serve.OFFLINE == {"HF_HUB_OFFLINE": "1", "MAX_SERVE_DISABLE_TELEMETRY": "1"}, serve.OFFLINE
-    gpt2 = serve.command(Path("/served/gpt2"), "127.0.0.1", 8123, 4, "course", "gpt2")
+    gpt2 = serve.command(Path("/served/gpt2"), "127.0.0.1", 8123, 4, "course", "gpt2", "max")
     assert gpt2[:len(line)] == line[:3] + ["/served/gpt2", "--served-model-name", "course"] + line[6:], gpt2
     assert gpt2[len(line):] == ["--custom-architectures", f"{ROOT}:course.architectures"], gpt2
     ours = serve.command(Path("/served/llama"), "127.0.0.1", 8123, 4, "course-llama", "llama", "course")
@@ -143,6 +352,13 @@ def test_the_learners_gpt2_is_served_from_their_folder(tmp_path):
                    ROOT / "solutions" / "step_25_serving.py"]:
         (tmp_path / source.name).write_text(source.read_text())
     assert serve.whose_code("steps", tmp_path) == {SERVE_STEPS_VARIABLE: str(tmp_path.resolve())}
+    (tmp_path / "step_03_layer_norm.py").write_text((ROOT / "steps" / "step_03_layer_norm.py").read_text())
+    (tmp_path / "step_25_serving.py").unlink()
+    with pytest.raises(serve.Stop) as unfinished:
+        serve.whose_code("steps", tmp_path)
+    assert str(unfinished.value) == (f"your GPT-2 is not finished in {tmp_path.name}/: step 03 (TODO 1, 2, 3), step "
+                                     "25 (the file is missing); check each with `pixi run sNN`, or serve the course's "
+                                     "code (leave out --target steps)"), str(unfinished.value)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -177,6 +393,64 @@ def test_bench_serve_starts_each_server_once_a_round_and_reports_medians():
     merged = serve_bench.medians([[row(100.0, [0.1, 0.2])], [row(300.0, [0.3, 0.4], 1)], [row(200.0, [0.5, 0.6])]])
     assert merged == [{"clients": 8, "requests": 7, "tokens": 96, "tok_s": 200.0, "rounds_tok_s": [100.0, 300.0, 200.0],
                        "p50_s": 0.4, "p95_s": 0.6, "failed": 1, "failures": ["lost"]}], merged
+
+
+def test_bench_serve_counts_what_the_clients_got_and_times_only_after_the_warm_up():
+    """serve_bench.load on a stand-in OpenAI server (every answer 20 ms, its 6th one cut short): a warm-up request a
+    client first, not counted; then each client's requests one after another, counted whole: the tokens, the failed
+    one with its reason, the latencies of the others, their p50 and p95, and tok/s over the counted wall time. And
+    complete: a server that is not there is a failure with its reason, not an exception"""
+    import http.server
+    import threading
+
+    from course.programs import serve_bench
+
+    assert serve_bench.quantile([], 0.5) != serve_bench.quantile([], 0.5)  # NaN
+    assert [serve_bench.quantile([1.0, 2.0, 3.0, 4.0], q) for q in (0.0, 0.5, 0.74, 0.75, 0.95, 1.0)] == \
+        [1.0, 3.0, 3.0, 4.0, 4.0, 4.0]
+    asked, lock = [], threading.Lock()
+
+    class OpenAI(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                asked.append(body)
+                number = len(asked)
+            time.sleep(0.02)
+            ended = "abort" if number == 6 else "length"
+            answer = json.dumps({"choices": [{"text": "x", "finish_reason": ended}],
+                                 "usage": {"completion_tokens": body["max_tokens"] - (number == 6)}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OpenAI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        started = time.perf_counter()
+        row = serve_bench.load(url, "course", clients=2, requests=4, tokens=5)
+        took = time.perf_counter() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(asked) == 2 + 8 and all(body == {"model": "course", "prompt": serve_bench.PROMPT, "max_tokens": 5,
+                                                "temperature": 0} for body in asked), asked
+    latencies = row.pop("latencies")
+    tok_s = row.pop("tok_s")
+    assert row == {"clients": 2, "requests": 8, "tokens": 8 * 5 - 1, "p50_s": latencies[3], "p95_s": latencies[6],
+                   "failed": 1, "failures": ["incomplete: finish_reason 'abort', 4 tokens"]}, row
+    assert len(latencies) == 7 and latencies == sorted(latencies) and latencies[0] >= 0.02, latencies
+    assert 39 / took <= tok_s <= 39 / (4 * 0.02), f"{tok_s:.0f} tok/s: 39 tokens in at most {took:.2f} s of wall"
+
+    seconds, made, problem = serve_bench.complete(url, "course", 5, timeout=5)  # the server is gone
+    assert made == 0 and problem.startswith("URLError: <urlopen error [Errno 111] Connection refused"), problem
 
 
 def test_a_server_that_exits_early_is_said_and_one_that_never_answers_times_out():
@@ -821,30 +1095,76 @@ def test_bench_finds_llama_server_where_it_looks_and_says_how_to_build_one(tmp_p
 
 
 def test_bench_serve_reports_every_server_and_llama_cpps_settings(tmp_path, monkeypatch, capsys):
-    """bench --serve's report, its servers faked (serve_one): a row a server and client count with its ratio to one
-    client, llama.cpp's server named with its settings where one is found, and said missing (why) where not"""
+    """bench --serve's report, its servers faked (serve_one), 2 rounds: a line of settings with each server's last
+    start, llama.cpp's server named with its settings, a row a server and client count (the rounds' median tok/s and
+    their range, the ratio to one client, p50 and p95 over both rounds' requests, failures named), step 26's median
+    ratio to MAX's Llama, the command; exit 1 as a request failed; --json the same numbers; and llama.cpp's server
+    said missing (why) where none is found"""
+    import statistics
+
     from course.programs import llama, llama_server, serve_bench
 
-    speeds = {"max": 100.0, "llama.cpp": 120.0, "course": 90.0}
+    speeds = {"the course's step 25": (100, 120), "llama.cpp's server": (300, 330), "MAX's Llama": (100, 110),
+              "the course's step 26": (90, 88)}
+    starts = {"the course's step 25": 17.2, "llama.cpp's server": 0.6, "MAX's Llama": 18.6, "the course's step 26": 17.4}
+    rounds = {}
 
     def fake(model, runs_on, args):
-        return 1.0, [{"clients": c, "requests": 8, "tokens": 256, "tok_s": speeds[runs_on] * c, "p50_s": 0.2,
-                      "p95_s": 0.3, "failed": 0, "failures": [], "latencies": [0.2] * 8} for c in args.clients]
+        what = serve_bench.ARCHITECTURE[checkpoints.find(model).family, runs_on]
+        k = rounds[what] = rounds.get(what, -1) + 1
+        failed = int(what == "the course's step 26" and k == 1)
+        return starts[what] + k, [{
+            "clients": c, "requests": 8, "tokens": 256, "tok_s": speeds[what][k] * (1 if c == 1 else 4), "p50_s": 0,
+            "p95_s": 0, "failed": failed * (c == 8), "latencies": [0.1 * (i + 1 + 8 * k) for i in range(8)],
+            "failures": ["incomplete: finish_reason 'abort', 4 tokens"] * (failed * (c == 8))} for c in args.clients]
 
     monkeypatch.setattr(serve_bench, "serve_one", fake)
     found = tmp_path / "llama-server"
     monkeypatch.setattr(llama_server, "find", lambda: found)
-    assert serve_bench.main(["--model", "course", "--clients", "1", "8", "--rounds", "1"]) == 0
-    out = capsys.readouterr().out
-    assert (f"llama.cpp's server: {found}, --parallel 8, float32 weights and KV cache, {llama.threads()} threads"
-            in out), out
-    assert "| course | llama.cpp's server | 8 | 8 | 960.0 | 8.00 | 0.20 | 0.20 | 0 |" in out, out
-    assert "| course | the course's step 25 | 1 | 8 | 100.0 | 1.00 | 0.20 | 0.20 | 0 |" in out, out
+    argv = ["--model", "course", "course-llama", "--clients", "1", "8", "--rounds", "2"]
+    assert serve_bench.main(argv) == 1  # a request failed
+    cpus = os.cpu_count()
+    assert capsys.readouterr().out.splitlines() == [
+        f"max serve on the CPU ({cpus} CPUs), each model's server in its own process, one after the other, 2 rounds; "
+        "--max-batch-size 8; 4 requests a client of 32 greedy tokens, the same prompt; tok/s the rounds' median (their "
+        "range in brackets), latencies over every round's requests; last ready in 18 s (course on the course's step "
+        "25), 2 s (course on llama.cpp's server), 20 s (course-llama on MAX's Llama), 18 s (course-llama on the "
+        "course's step 26)",
+        f"llama.cpp's server: {found}, --parallel 8, float32 weights and KV cache, {llama.threads()} threads",
+        "| model | runs on | clients | requests | tok/s | × one client | p50 latency (s) | p95 latency (s) | failed |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| course | the course's step 25 | 1 | 16 | 110.0 (100–120) | 1.00 | 0.90 | 1.60 | 0 |",
+        "| course | the course's step 25 | 8 | 16 | 440.0 (400–480) | 4.00 | 0.90 | 1.60 | 0 |",
+        "| course | llama.cpp's server | 1 | 16 | 315.0 (300–330) | 1.00 | 0.90 | 1.60 | 0 |",
+        "| course | llama.cpp's server | 8 | 16 | 1260.0 (1200–1320) | 4.00 | 0.90 | 1.60 | 0 |",
+        "| course-llama | MAX's Llama | 1 | 16 | 105.0 (100–110) | 1.00 | 0.90 | 1.60 | 0 |",
+        "| course-llama | MAX's Llama | 8 | 16 | 420.0 (400–440) | 4.00 | 0.90 | 1.60 | 0 |",
+        "| course-llama | the course's step 26 | 1 | 16 | 89.0 (88–90) | 1.00 | 0.90 | 1.60 | 0 |",
+        "| course-llama | the course's step 26 | 8 | 16 | 356.0 (352–360) | 4.00 | 0.90 | 1.60 | 1 |",
+        "  failed: incomplete: finish_reason 'abort', 4 tokens",
+        "course-llama: the course's step 26 makes 0.85x (0.80–0.90) at 1 client, 0.85x (0.80–0.90) at 8 clients of "
+        "what MAX's Llama makes on the same weights (the rounds' median)",
+        "command: python -m course.programs.bench --serve --model course course-llama --clients 1 8 --rounds 2"]
+
+    rounds.clear()
+    assert serve_bench.main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["settings"] == {
+        "models": ["course", "course-llama"], "max_batch_size": 8, "max_tokens": 32, "requests_per_client": 4,
+        "rounds": 2, "start_s": {"course on the course's step 25": 18.2, "course on llama.cpp's server": 1.6,
+                                 "course-llama on MAX's Llama": 19.6, "course-llama on the course's step 26": 18.4},
+        "cpus": cpus, "llama_server": str(found),
+        "command": "python -m course.programs.bench --serve --model course course-llama --clients 1 8 --rounds 2 "
+                   "--json"}, out["settings"]
+    assert [(r["model"], r["architecture"], r["clients"], r["tok_s"], r["rounds_tok_s"], r["failed"]) for r in
+            out["rows"]][-2:] == [("course-llama", "the course's step 26", 1, statistics.median([90, 88]), [90, 88], 0),
+                                  ("course-llama", "the course's step 26", 8, 356.0, [360, 352], 1)], out["rows"]
 
     def missing():
         raise llama_server.Missing("no llama-server here")
 
     monkeypatch.setattr(llama_server, "find", missing)
+    rounds.clear()
     assert serve_bench.main(["--model", "course", "--clients", "1", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert "llama.cpp's server: none (no llama-server here)" in out and "llama.cpp's server |" not in out, out

@@ -140,9 +140,14 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "the_command_listens_on_this_machine_with_batching_on_and_telemetry_off",
         "max_serve_runs_offline_without_metrics_unless_the_user_asks_for_them",
         "the_learners_gpt2_is_served_from_their_folder", "serve_refuses_in_one_line",
-        "a_server_that_exits_early_is_said_and_one_that_never_answers_times_out")),
+        "a_server_that_exits_early_is_said_and_one_that_never_answers_times_out",
+        "a_copy_keeps_whole_numbers_reads_a_hub_tokenizer_and_outlives_a_start_cut_short",
+        "main_starts_max_behind_the_door_and_stops_it_whatever_happens",
+        "serve_finds_max_beside_its_python_then_on_path", "serve_help_names_each_flag_and_refuses_a_wrong_choice",
+        "the_wait_for_max_ends_when_health_answers_and_never_hangs_on_a_silent_one")),
     # bench --serve: its servers, its medians and its report, the servers faked; where llama.cpp's server is found
     "course/programs/serve_bench.py": tuple(f"tests/test_serve.py::test_{name}" for name in (
+        "bench_serve_counts_what_the_clients_got_and_times_only_after_the_warm_up",
         "bench_serve_starts_each_server_once_a_round_and_reports_medians",
         "bench_serve_reports_every_server_and_llama_cpps_settings")),
     "course/programs/llama_server.py": (
@@ -470,6 +475,38 @@ _FRONT_DOOR = {
     **{(_FRONT, "x_app", _STARLETTE, _STARLETTE.replace("lifespan=lifespan", after)):
        "the client to MAX's server closes with the door's process, which ends when its server does (serve.main)"
        for after in ("lifespan=None", "")},
+}
+
+_SERVE = "course/programs/serve.py"
+_BLOCK = "while block := handle.read(1 << 24):"
+_KEY = "return digest.hexdigest()[:16]"
+_READ_CONFIG = 'config = json.loads((checkpoint.folder / checkpoints.CONFIG).read_text(encoding="utf-8"))'
+_WRITE_CONFIG = '(partial / checkpoints.CONFIG).write_text(json.dumps(config, indent=2) + "\\n", encoding="utf-8")'
+_HEALTH = 'with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:'
+_WAITING = "while time.perf_counter() - started < timeout:"
+_READY = ('def ready(url: str, process: subprocess.Popen | None = None, timeout: float = 900.0, name: str = "max serve")'
+          ' -> float:')
+_UTF8_HERE = ("the locale's encoding is UTF-8 here, on CI and on macOS (and Python's in a C locale, PEP 538): only a "
+              "config.json with text beyond ASCII in a Latin-1 locale would tell")
+#: serve's (course/programs/serve.py).
+_SERVE_PROGRAM = {
+    **{(_SERVE, "x_fingerprint", _BLOCK, _BLOCK.replace("1 << 24", after)):
+       "the digest of the file's bytes, read in blocks of any size" for after in ("None", "2 << 24", "1 << 25")},
+    (_SERVE, "x_fingerprint", _KEY, _KEY.replace("[:16]", "[:17]")):
+        "a copy named by one digit more of the same digest: one name for one content all the same",
+    (_SERVE, "x_prepare", _READ_CONFIG, _READ_CONFIG.replace('"utf-8"', '"UTF-8"')): "one codec, named in capitals",
+    (_SERVE, "x_prepare", _WRITE_CONFIG, _WRITE_CONFIG.replace('"utf-8"', '"UTF-8"')): "one codec, named in capitals",
+    (_SERVE, "x_prepare", _READ_CONFIG, _READ_CONFIG.replace('"utf-8"', "None")): _UTF8_HERE,
+    **{(_SERVE, "x_prepare", _WRITE_CONFIG, after): _UTF8_HERE for after in (
+        _WRITE_CONFIG.replace('"utf-8"', "None"), _WRITE_CONFIG.replace(', encoding="utf-8"', ", "))},
+    **{(_SERVE, "x_prepare", _WRITE_CONFIG, _WRITE_CONFIG.replace("indent=2", after)):
+       "config.json's layout: MAX and transformers read it as JSON" for after in ("indent=None", "indent=3", "")},
+    **{(_SERVE, "x_ready", _HEALTH, _HEALTH.replace("timeout=2", after)):
+       "how long one try of /health waits, 2 s or 3: a silent server is given up on at the timeout all the same"
+       for after in ("timeout=3",)},
+    (_SERVE, "x_ready", _WAITING, _WAITING.replace(" < ", " <= ")): "the clock is never exactly at the timeout",
+    (_SERVE, "x_ready", _READY, _READY.replace("900.0", "901.0")):
+        "a first start's wait of 15 minutes or a second more: past any start the course has timed (126 s)",
 }
 
 #: Step 07's TODO code (solutions/step_07_attention.py).
@@ -1262,6 +1299,7 @@ _EXPLAINED: dict[tuple[str, str, str, str], str] = {
     **_STEPS_20_22,
     **_STEP_25,
     **_FRONT_DOOR,
+    **_SERVE_PROGRAM,
     **_STEP_12,
     **_STEP_13,
     **_GENERATE,

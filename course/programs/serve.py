@@ -127,8 +127,7 @@ def prepare(checkpoint: checkpoints.Checkpoint, root: Path | None = None) -> Pat
 ARCHITECTURES = {"gpt2": f"{ROOT}:course.architectures", "llama": f"{ROOT}:course.llama_architecture"}
 
 
-def command(folder: Path, host: str, port: int, batch: int, name: str, family: str = "llama",
-            llama: str = "max") -> list[str]:
+def command(folder: Path, host: str, port: int, batch: int, name: str, family: str, llama: str) -> list[str]:
     """``max serve`` for a served copy: MAX's CPU, float32, batching on, listening on ``host``:``port``; GPT-2 on
     the course's architecture, a Llama on MAX's (``llama="course"``: on the course's)."""
     maxs = shutil.which("max", path=str(Path(sys.executable).parent)) or shutil.which("max") or "max"
@@ -153,7 +152,7 @@ def whose_code(target: str, steps_dir: Path, family: str = "gpt2") -> dict[str, 
     folder = steps_dir.resolve()
     left = unfinished(folder, SERVED_STEPS[family])
     if left:
-        todo = ", ".join(f"step {n:02d} (TODO {', '.join(map(str, t)) or 'the file is missing'})"
+        todo = ", ".join(f"step {n:02d} ({'TODO ' + ', '.join(map(str, t)) if t else 'the file is missing'})"
                          for n, t in left.items())
         name = "GPT-2" if family == "gpt2" else "Llama"
         raise Stop(f"your {name} is not finished in {folder.name}/: {todo}; check each with `pixi run sNN`, or "

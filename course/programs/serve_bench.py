@@ -53,6 +53,11 @@ def complete(url: str, model: str, tokens: int, timeout: float = 600) -> tuple[f
     return seconds, made, None
 
 
+def quantile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of ``ordered`` (sorted) as the value at ``q`` of the way along it (NaN when empty)."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
 def load(url: str, model: str, clients: int, requests: int, tokens: int) -> dict:
     """``clients`` at once, each sending ``requests`` completions one after another: tok/s, latencies, failures."""
     def client(_):
@@ -65,13 +70,9 @@ def load(url: str, model: str, clients: int, requests: int, tokens: int) -> dict
         wall = time.perf_counter() - started
     latencies = sorted(seconds for seconds, _, problem in results if problem is None)
     failures = [problem for _, _, problem in results if problem is not None]
-
-    def quantile(q):
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")
-
     tokens = sum(made for _, made, _ in results)
     return {"clients": clients, "requests": len(results), "tokens": tokens,
-            "tok_s": tokens / wall, "p50_s": quantile(0.5), "p95_s": quantile(0.95),
+            "tok_s": tokens / wall, "p50_s": quantile(latencies, 0.5), "p95_s": quantile(latencies, 0.95),
             "failed": len(failures), "failures": failures[:3], "latencies": latencies}
 
 
@@ -81,15 +82,11 @@ def medians(rounds: list[list[dict]]) -> list[dict]:
     merged = []
     for same in zip(*rounds):
         latencies = sorted(t for row in same for t in row["latencies"])
-
-        def quantile(q):
-            return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")
-
         merged.append({"clients": same[0]["clients"], "requests": sum(r["requests"] for r in same),
                        "tokens": sum(r["tokens"] for r in same),
                        "tok_s": statistics.median(r["tok_s"] for r in same),
                        "rounds_tok_s": [round(r["tok_s"], 1) for r in same],
-                       "p50_s": quantile(0.5), "p95_s": quantile(0.95),
+                       "p50_s": quantile(latencies, 0.5), "p95_s": quantile(latencies, 0.95),
                        "failed": sum(r["failed"] for r in same),
                        "failures": [f for r in same for f in r["failures"]][:3]})
     return merged
