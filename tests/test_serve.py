@@ -1094,6 +1094,92 @@ def test_bench_finds_llama_server_where_it_looks_and_says_how_to_build_one(tmp_p
     assert str(no_cmake.value).startswith("building llama-server needs cmake on PATH"), str(no_cmake.value)
 
 
+def test_llama_server_build_fetches_the_releases_source_builds_the_one_program_and_says_what_failed(
+        tmp_path, monkeypatch, capsys):
+    """llama_server --build with pip and CMake faked: the source package of the release asked for (else the `llama`
+    extra's range), llama.cpp configured with the course's settings and the user's CFLAGS and CXXFLAGS plus AMX off,
+    llama-server alone built on the jobs asked for (else the CPUs this process may use), and the program put in the
+    cache folder whole; and each failure (no source package, pip's error, CMake's first error, a bare exit status)
+    one line that says which step failed"""
+    import subprocess as real
+    import sys
+    import tarfile
+
+    from course import runtime
+    from course.programs import llama_server
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("CFLAGS", "-O2")
+    monkeypatch.delenv("CXXFLAGS", raising=False)
+    monkeypatch.setattr(llama_server.shutil, "which", lambda tool, *args, **kwargs: f"/usr/bin/{tool}")
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 3)
+    monkeypatch.setattr(llama_server, "_release", lambda: None)
+    ran, fail = [], {}
+
+    def run(command, **options):
+        ran.append((command, options.get("env")))
+        step = command[3] if command[:3] == [sys.executable, "-m", "pip"] else command[1]
+        if step in fail:
+            return real.CompletedProcess(command, fail[step][0], fail[step][1], fail[step][2])
+        if step == "download":
+            dest, wanted = Path(command[command.index("--dest") + 1]), command[-1]
+            release = wanted.split("==")[1] if "==" in wanted else "0.3.16"
+            tree = tmp_path / "tree" / f"llama_cpp_python-{release}" / "vendor" / "llama.cpp"
+            tree.mkdir(parents=True, exist_ok=True)
+            (tree / "CMakeLists.txt").write_text("project(llama.cpp)\n")
+            with tarfile.open(dest / f"llama_cpp_python-{release}.tar.gz", "w:gz") as archive:
+                archive.add(tmp_path / "tree" / f"llama_cpp_python-{release}", f"llama_cpp_python-{release}")
+        elif step == "--build":
+            program = Path(command[2]) / "bin" / "llama-server"
+            program.parent.mkdir(parents=True)
+            program.write_text("#!/bin/sh\necho llama-server\n")
+            program.chmod(0o755)
+        return real.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(llama_server.subprocess, "run", run)
+    assert llama_server.main(["--build", "--release", "0.3.1", "--jobs", "2"]) == 0
+    out = tmp_path / "cache" / "course-llama-server" / "0.3.1" / "llama-server"
+    assert capsys.readouterr().out.splitlines() == [
+        "llama_server: fetching the source of llama-cpp-python==0.3.1 …",
+        "llama_server: building llama-server from llama_cpp_python-0.3.1.tar.gz on 2 jobs (about 8 CPU minutes) …",
+        f"llama_server: built {out}"]
+    assert out.read_text() == "#!/bin/sh\necho llama-server\n" and [p.name for p in out.parent.iterdir()] == [out.name]
+    (fetch, _), (configure, env), (make, env_again) = ran
+    scratch = Path(fetch[fetch.index("--dest") + 1])
+    assert fetch == [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
+                     "--dest", str(scratch), "llama-cpp-python==0.3.1"], fetch
+    assert configure == ["cmake", "-S", str(scratch / "llama_cpp_python-0.3.1" / "vendor" / "llama.cpp"), "-B",
+                         str(scratch / "build"), *llama_server.CMAKE], configure
+    assert make == ["cmake", "--build", str(scratch / "build"), "--target", "llama-server", "-j", "2"], make
+    flags = llama_server._flags()
+    assert (env["CFLAGS"], env["CXXFLAGS"]) == (f"-O2 {flags}".strip(), flags) and env_again == env, env
+    assert not scratch.exists(), "the scratch folder was left behind"
+
+    ran.clear()
+    assert llama_server.build() == tmp_path / "cache" / "course-llama-server" / "latest" / "llama-server"
+    assert ran[0][0][-1] == f"llama-cpp-python{llama_server.RELEASES}" and ran[2][0][-1] == "3", ran
+    capsys.readouterr()
+    for step, result, message in [
+            ("download", (1, "", "Looking in indexes\nERROR: No matching distribution found for llama-cpp-python==9.9"),
+             "pip could not fetch the source of llama-cpp-python==9.9: ERROR: No matching distribution found for "
+             "llama-cpp-python==9.9"),
+            ("download", (0, "", ""), "pip could not fetch the source of llama-cpp-python==9.9: no source package"),
+            ("-S", (1, "-- The C compiler is GNU\nCMake Error at CMakeLists.txt:3 (project):\n", "CMake Error: later"),
+             "`cmake -S` failed: CMake Error at CMakeLists.txt:3 (project):"),
+            ("--build", (2, "[ 10%] Building C object\n", ""), "`cmake --build` failed: exit status 2")]:
+        fail.clear()
+        fail[step] = result  # pip's exit 0 with nothing fetched included
+        assert llama_server.main(["--build", "--release", "9.9"]) == 1
+        assert capsys.readouterr().err == f"llama_server: {message}\n", message
+    fail.clear()
+    monkeypatch.setenv(llama_server.VARIABLE, str(out))
+    assert llama_server.main([]) == 0 and capsys.readouterr().out == f"llama_server: {out}\n"
+    # as bench --serve starts it: MAX's batch as slots, each with the model's whole context, a float32 cache
+    assert llama_server.command(out, Path("/m.gguf"), "127.0.0.1", 8080, 8, 1024, 2) == [
+        str(out), "--model", "/m.gguf", "--host", "127.0.0.1", "--port", "8080", "--parallel", "8", "--ctx-size",
+        "8192", "--threads", "2", "--threads-batch", "2", "--cache-type-k", "f32", "--cache-type-v", "f32"]
+
+
 def test_bench_serve_reports_every_server_and_llama_cpps_settings(tmp_path, monkeypatch, capsys):
     """bench --serve's report, its servers faked (serve_one), 2 rounds: a line of settings with each server's last
     start, llama.cpp's server named with its settings, a row a server and client count (the rounds' median tok/s and

@@ -152,6 +152,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "bench_serve_reports_every_server_and_llama_cpps_settings")),
     "course/programs/llama_server.py": (
         "tests/test_serve.py::test_bench_finds_llama_server_where_it_looks_and_says_how_to_build_one",
+        "tests/test_serve.py::test_llama_server_build_fetches_the_releases_source_builds_the_one_program_and_says_"
+        "what_failed",
         "tests/test_serve.py::test_bench_serve_reports_every_server_and_llama_cpps_settings"),
     "solutions/step_17_llama_config.py": ("tests/test_step_17_llama_config.py",),
     **{f"solutions/{name}.py": (f"tests/test_{name}.py",) for name in (
