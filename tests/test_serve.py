@@ -129,7 +129,7 @@ def test_a_copy_keeps_whole_numbers_reads_a_hub_tokenizer_and_outlives_a_start_c
     assert AutoTokenizer.from_pretrained(str(again))(text)["input_ids"] == \
         AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
 
-    raced = serve.prepare.__globals__["checkpoints"].read_weights
+    raced = checkpoints.read_weights
 
     def another_start_finishes_first(path):  # while this start reads the weights, another one writes the copy
         (tmp_path / "raced" / name).mkdir(parents=True)
