@@ -124,7 +124,7 @@ def test_a_copy_keeps_whole_numbers_reads_a_hub_tokenizer_and_outlives_a_start_c
     kept = load_file(str(folder / "model.safetensors"))["extra.positions"]
     assert kept.dtype == np.int64 and kept.tolist() == [0, 1, 2, 3, 4], kept
 
-    again = serve.prepare(checkpoints.find(str(folder)), tmp_path / "again")  # a folder with tokenizer.json
+    again = serve.prepare(checkpoints.find(str(folder)), tmp_path / "deep" / "er")  # a folder with tokenizer.json
     text = "In the beginning God created the heaven and the earth."
     assert AutoTokenizer.from_pretrained(str(again))(text)["input_ids"] == \
         AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
@@ -141,10 +141,11 @@ def test_a_copy_keeps_whole_numbers_reads_a_hub_tokenizer_and_outlives_a_start_c
     assert sorted(path.name for path in (tmp_path / "raced").iterdir()) == [name], "this start's copy was left behind"
     monkeypatch.setattr(checkpoints, "read_weights", raced)
 
-    monkeypatch.setattr(serve, "TOKENIZER_OUT", (*serve.TOKENIZER_OUT, "special_tokens.model"))
+    monkeypatch.setattr(serve, "TOKENIZER_OUT", (*serve.TOKENIZER_OUT, "special_tokens.model", "added.json"))
     with pytest.raises(serve.Stop) as refused:
         serve.prepare(checkpoint, tmp_path / "third")
-    assert str(refused.value) == (f"transformers saved no special_tokens.model for {source}; MAX's server reads them")
+    assert str(refused.value) == (f"transformers saved no special_tokens.model, added.json for {source}; MAX's server "
+                                  "reads them")
 
 
 class _Calls(dict):
@@ -176,6 +177,7 @@ def test_main_starts_max_behind_the_door_and_stops_it_whatever_happens(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"serve: the served copy (float32, tokenizer.json): {llama} (") and \
         lines[0].endswith(" s)") and lines[1:] == [f"serve: {' '.join(run)}"], lines
+    assert 0 < float(lines[0].rsplit("(", 1)[1].split()[0]) < 120, lines[0]  # the seconds the copy took
     assert calls == {"run": run, "env": serve.environment({}), "url": "http://127.0.0.1:41234",
                      "waited_on": calls.process, "door": (("served", llama, "course-llama"), calls.process, 41234,
                                                           "127.0.0.1", 8000, 12.5), "stopped": calls.process}, calls
@@ -298,6 +300,112 @@ def _stopped_with(function, *args) -> str:
     except serve.Stop as stop:
         return str(stop)
     return "returned"
+
+
+def test_the_served_copies_live_in_the_users_cache_or_where_course_serve_cache_says(tmp_path, monkeypatch):
+    """served_root: $COURSE_SERVE_CACHE (a ~ in it is the home folder), else course-serve in $XDG_CACHE_HOME, else in
+    ~/.cache"""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("COURSE_SERVE_CACHE", raising=False)
+    assert serve.served_root() == tmp_path / "home" / ".cache" / "course-serve"
+    monkeypatch.setenv("XDG_CACHE_HOME", "~/elsewhere")
+    assert serve.served_root() == tmp_path / "home" / "elsewhere" / "course-serve"
+    monkeypatch.setenv("COURSE_SERVE_CACHE", "~/copies")
+    assert serve.served_root() == tmp_path / "home" / "copies"
+
+
+def test_the_door_knows_the_served_models_name_vocabulary_context_and_tokenizer(tmp_path):
+    """served(): what the door checks requests against, from the served copy: the name asked for, the vocabulary,
+    the context (a Llama's max_position_embeddings, GPT-2's n_positions) and a count of tokens that is the
+    tokenizer's; and free_port() a port that nothing listens on"""
+    from transformers import AutoTokenizer
+
+    text = "In the beginning God created the heaven and the earth."
+    for name, context in (("course-llama", 256), ("course", 256)):
+        folder = serve.prepare(checkpoints.find(name), tmp_path)
+        model = serve.served(folder, f"{name}-served")
+        assert (model.name, model.vocab_size, model.context) == (f"{name}-served", 50257, context), model
+        assert model.count_tokens(text) == len(AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"])
+    config = json.loads((folder / "config.json").read_text())
+    assert "n_positions" in config and "max_position_embeddings" not in config, "GPT-2's context is n_positions"
+    port = serve.free_port()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))  # free: it binds
+
+
+def test_stop_ends_the_server_and_every_process_it_started_even_one_that_ignores_sigterm(tmp_path):
+    """start() puts a server in a process group of its own; stop() ends the group: a server whose worker outlives
+    it on SIGTERM alone is ended with its worker; one that ignores SIGTERM is killed after the grace; and a SIGTERM
+    to serve itself ends it through its finally (exit 128 + 15)"""
+    import signal
+
+    child = ("import subprocess, sys, time\n"
+             "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+             "print(worker.pid, flush=True)\ntime.sleep(60)\n")
+    server = serve.start([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    worker = int(server.stdout.readline())
+    serve.stop(server, grace=10)
+    assert server.poll() is not None, "the server is still running"
+    assert _gone(worker), "the server's worker outlived it"
+
+    stubborn = serve.start([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)"
+                            "\nprint('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert stubborn.stdout.readline() == "ready\n"
+    started = time.monotonic()
+    serve.stop(stubborn, grace=1)
+    assert stubborn.returncode == -signal.SIGKILL and time.monotonic() - started < 10, stubborn.returncode
+    with pytest.raises(SystemExit) as ended:
+        serve._stopped(signal.SIGTERM, None)
+    assert ended.value.code == 128 + signal.SIGTERM
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended: gone, or a zombie that nobody has reaped yet (Linux's /proc says which)."""
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc").is_dir():
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.serve  # uvicorn comes with the `serve` extra
+def test_the_door_closes_when_maxs_server_exits_and_says_so(capsys):
+    """front_door(): the door answers on --host and --port and says where, until MAX's server (here a process that
+    exits with code 3 after a second) exits; then it closes and returns that code, saying so"""
+    from course.programs import front
+
+    port = serve.free_port()
+    behind = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5); raise SystemExit(3)"])
+    model = front.Served("course-llama", 50257, 256, lambda text: len(text.split()))
+    answered = []
+
+    def ask():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not answered:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    answered.append(True)
+            except OSError:
+                time.sleep(0.05)
+
+    import threading
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    assert serve.front_door(model, behind, serve.free_port(), "127.0.0.1", port, 17.4) == 3
+    asking.join()
+    out, err = capsys.readouterr()
+    assert answered == [True], "the door did not listen on its port"
+    assert out == (f"serve: course-llama answers at http://127.0.0.1:{port}/v1 (OpenAI API; model name "
+                   "'course-llama'), ready in 17 s; Ctrl-C stops it\n"), out
+    assert err == "serve: MAX's server exited with code 3\n", err
 
 
 def test_the_command_listens_on_this_machine_with_batching_on_and_telemetry_off():

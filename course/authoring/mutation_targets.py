@@ -144,7 +144,11 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "a_copy_keeps_whole_numbers_reads_a_hub_tokenizer_and_outlives_a_start_cut_short",
         "main_starts_max_behind_the_door_and_stops_it_whatever_happens",
         "serve_finds_max_beside_its_python_then_on_path", "serve_help_names_each_flag_and_refuses_a_wrong_choice",
-        "the_wait_for_max_ends_when_health_answers_and_never_hangs_on_a_silent_one")),
+        "the_wait_for_max_ends_when_health_answers_and_never_hangs_on_a_silent_one",
+        "the_served_copies_live_in_the_users_cache_or_where_course_serve_cache_says",
+        "the_door_knows_the_served_models_name_vocabulary_context_and_tokenizer",
+        "stop_ends_the_server_and_every_process_it_started_even_one_that_ignores_sigterm",
+        "the_door_closes_when_maxs_server_exits_and_says_so")),
     # bench --serve: its servers, its medians and its report, the servers faked; where llama.cpp's server is found
     "course/programs/serve_bench.py": tuple(f"tests/test_serve.py::test_{name}" for name in (
         "bench_serve_counts_what_the_clients_got_and_times_only_after_the_warm_up",
@@ -488,6 +492,8 @@ _HEALTH = 'with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:'
 _WAITING = "while time.perf_counter() - started < timeout:"
 _READY = ('def ready(url: str, process: subprocess.Popen | None = None, timeout: float = 900.0, name: str = "max serve")'
           ' -> float:')
+_LLAMA_FLAG = 'p.add_argument("--llama", choices=["max", "course"], default="max",'
+_SAID = "print(f\"serve: {' '.join(run)}\", flush=True)"
 _UTF8_HERE = ("the locale's encoding is UTF-8 here, on CI and on macOS (and Python's in a C locale, PEP 538): only a "
               "config.json with text beyond ASCII in a Latin-1 locale would tell")
 #: serve's (course/programs/serve.py).
@@ -507,6 +513,13 @@ _SERVE_PROGRAM = {
        "how long one try of /health waits, 2 s or 3: a silent server is given up on at the timeout all the same"
        for after in ("timeout=3",)},
     (_SERVE, "x_ready", _WAITING, _WAITING.replace(" < ", " <= ")): "the clock is never exactly at the timeout",
+    **{(_SERVE, "x_parser", _LLAMA_FLAG, _LLAMA_FLAG.replace('default="max"', after)):
+       "any --llama but course is MAX's own Llama: the same command" for after in ('default=None', 'default="XXmaxXX"',
+                                                                                   'default="MAX"')},
+    **{(_SERVE, "x_main", line, line.replace("flush=True", after)):
+       "when a line reaches a pipe, not what it says: the served checks, which read serve's output from a pipe while "
+       "it runs, run it in processes mutmut cannot see" for line in ("flush=True)", _SAID)
+       for after in ("flush=None", "", "flush=False")},
     (_SERVE, "x_ready", _READY, _READY.replace("900.0", "901.0")):
         "a first start's wait of 15 minutes or a second more: past any start the course has timed (126 s)",
 }

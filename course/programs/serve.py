@@ -117,8 +117,8 @@ def prepare(checkpoint: checkpoints.Checkpoint, root: Path | None = None) -> Pat
     (partial / DONE).write_text(json.dumps({"from": str(checkpoint.folder), "fingerprint": key}) + "\n")
     try:
         partial.rename(folder)
-    except OSError:  # another start wrote it meanwhile
-        shutil.rmtree(partial, ignore_errors=True)
+    except OSError:  # another start wrote it meanwhile: this start's own copy goes
+        shutil.rmtree(partial)
     return folder
 
 
