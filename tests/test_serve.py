@@ -377,21 +377,27 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.serve  # uvicorn comes with the `serve` extra
 def test_the_door_closes_when_maxs_server_exits_and_says_so(capsys):
-    """front_door(): the door answers on --host and --port and says where, until MAX's server (here a process that
-    exits with code 3 after a second) exits; then it closes and returns that code, saying so"""
+    """front_door(): the door answers on --host and --port (here 127.0.0.2, not uvicorn's default) and says where,
+    refusing a bad completion for the model it serves, until MAX's server (here a process that exits with code 3
+    after two seconds) exits; then it closes and returns that code, saying so"""
+    import urllib.error
+    import urllib.request
+
     from course.programs import front
 
-    port = serve.free_port()
-    behind = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5); raise SystemExit(3)"])
+    port, host = serve.free_port(), "127.0.0.2"
+    behind = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2); raise SystemExit(3)"])
     model = front.Served("course-llama", 50257, 256, lambda text: len(text.split()))
     answered = []
 
     def ask():
+        body = json.dumps({"model": "course-llama", "prompt": [50257]}).encode()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not answered:
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    answered.append(True)
+                urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/v1/completions", body), timeout=1)
+            except urllib.error.HTTPError as refused:
+                answered.append((refused.code, json.loads(refused.read())["error"]["message"]))
             except OSError:
                 time.sleep(0.05)
 
@@ -399,11 +405,12 @@ def test_the_door_closes_when_maxs_server_exits_and_says_so(capsys):
 
     asking = threading.Thread(target=ask)
     asking.start()
-    assert serve.front_door(model, behind, serve.free_port(), "127.0.0.1", port, 17.4) == 3
+    assert serve.front_door(model, behind, serve.free_port(), host, port, 17.4) == 3
     asking.join()
     out, err = capsys.readouterr()
-    assert answered == [True], "the door did not listen on its port"
-    assert out == (f"serve: course-llama answers at http://127.0.0.1:{port}/v1 (OpenAI API; model name "
+    assert answered == [(400, "prompt[0] is token id 50257, outside the vocabulary: ids run from 0 to 50256")], \
+        "the door did not answer on its address"
+    assert out == (f"serve: course-llama answers at http://{host}:{port}/v1 (OpenAI API; model name "
                    "'course-llama'), ready in 17 s; Ctrl-C stops it\n"), out
     assert err == "serve: MAX's server exited with code 3\n", err
 
@@ -412,7 +419,8 @@ def test_the_command_listens_on_this_machine_with_batching_on_and_telemetry_off(
     """max serve's command line: the served folder, MAX's CPU, float32, the batch size, 127.0.0.1 unless told
     otherwise (MAX's own default is every interface), the port; offline, without MAX's telemetry"""
     args = serve.parser().parse_args([])
-    assert (args.model, args.host, args.port, args.max_batch_size) == ("course-llama", "127.0.0.1", 8000, 8), args
+    assert (args.model, args.llama, args.target, args.host, args.port, args.max_batch_size) == (
+        "course-llama", "max", "solutions", "127.0.0.1", 8000, 8), args
     line = serve.command(Path("/served/llama"), "127.0.0.1", 8123, 4, "course-llama", "llama", "max")
     assert line[1] == "serve" and Path(line[0]).name == "max", line
     options = dict(zip(line[2::2], line[3::2]))

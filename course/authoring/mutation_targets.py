@@ -492,7 +492,8 @@ _HEALTH = 'with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:'
 _WAITING = "while time.perf_counter() - started < timeout:"
 _READY = ('def ready(url: str, process: subprocess.Popen | None = None, timeout: float = 900.0, name: str = "max serve")'
           ' -> float:')
-_LLAMA_FLAG = 'p.add_argument("--llama", choices=["max", "course"], default="max",'
+_UVICORN_LOG = 'log_level="warning"))'
+_WATCH = "threading.Thread(target=watch, daemon=True).start()"
 _SAID = "print(f\"serve: {' '.join(run)}\", flush=True)"
 _UTF8_HERE = ("the locale's encoding is UTF-8 here, on CI and on macOS (and Python's in a C locale, PEP 538): only a "
               "config.json with text beyond ASCII in a Latin-1 locale would tell")
@@ -513,9 +514,10 @@ _SERVE_PROGRAM = {
        "how long one try of /health waits, 2 s or 3: a silent server is given up on at the timeout all the same"
        for after in ("timeout=3",)},
     (_SERVE, "x_ready", _WAITING, _WAITING.replace(" < ", " <= ")): "the clock is never exactly at the timeout",
-    **{(_SERVE, "x_parser", _LLAMA_FLAG, _LLAMA_FLAG.replace('default="max"', after)):
-       "any --llama but course is MAX's own Llama: the same command" for after in ('default=None', 'default="XXmaxXX"',
-                                                                                   'default="MAX"')},
+    (_SERVE, "x_front_door", _UVICORN_LOG, _UVICORN_LOG.replace('"warning"', '"WARNING"')):
+        "uvicorn reads its log level in either case",
+    (_SERVE, "x_front_door", _WATCH, _WATCH.replace("daemon=True", "daemon=None")):
+        "the watch ends when MAX's server does, and serve stops that server before it exits (main's finally)",
     **{(_SERVE, "x_main", line, line.replace("flush=True", after)):
        "when a line reaches a pipe, not what it says: the served checks, which read serve's output from a pipe while "
        "it runs, run it in processes mutmut cannot see" for line in ("flush=True)", _SAID)
