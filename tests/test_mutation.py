@@ -103,6 +103,22 @@ def test_status_names_each_targets_verdict_commit_and_whether_it_changed(monkeyp
     assert all(" no " in line for name, line in lines.items() if name != target and name in found), lines
 
 
+def test_the_instructors_page_gives_the_summarys_count_and_time():
+    """book/src/instructors.md's "about X h Y min on a 2-core machine (N targets": N is the summary's rows, and the
+    time the sum of their run times, to the nearest 10 minutes"""
+    rows = [line for line in SUMMARY.read_text().splitlines()
+            if re.match(r"\S+\s+[0-9a-f]{12}\s+\d+", line) and line.split()[0] in TARGETS]  # the table's
+    times = [re.search(r"(\d+) min (\d+) s", row) for row in rows]
+    total = sum(int(m[1]) * 60 + int(m[2]) for m in times) / 60
+    page = " ".join((ROOT / "book" / "src" / "instructors.md").read_text().split())
+    said = re.search(r"about (\d+) h (\d+) min on a 2-core machine \((\d+) targets", page)
+    assert said, "the page no longer says how long the whole mutation run takes"
+    hours, minutes, count = map(int, said.groups())
+    assert count == len(rows), f"the page says {count} targets, the summary has {len(rows)}"
+    assert abs(hours * 60 + minutes - total) <= 10, \
+        f"the page says {hours} h {minutes} min, the summary's rows add up to {total // 60:.0f} h {total % 60:.0f} min"
+
+
 CODE = '''"""A module."""
 
 

@@ -388,7 +388,7 @@ def test_the_door_closes_when_maxs_server_exits_and_says_so(capsys):
     port, host = serve.free_port(), "127.0.0.2"
     behind = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2); raise SystemExit(3)"])
     model = front.Served("course-llama", 50257, 256, lambda text: len(text.split()))
-    answered = []
+    answered, elsewhere = [], []
 
     def ask():
         body = json.dumps({"model": "course-llama", "prompt": [50257]}).encode()
@@ -400,6 +400,11 @@ def test_the_door_closes_when_maxs_server_exits_and_says_so(capsys):
                 answered.append((refused.code, json.loads(refused.read())["error"]["message"]))
             except OSError:
                 time.sleep(0.05)
+        try:  # only where it was asked to listen: not on this machine's other addresses
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            elsewhere.append("answered on 127.0.0.1")
+        except OSError:
+            elsewhere.append("refused")
 
     import threading
 
@@ -410,6 +415,7 @@ def test_the_door_closes_when_maxs_server_exits_and_says_so(capsys):
     out, err = capsys.readouterr()
     assert answered == [(400, "prompt[0] is token id 50257, outside the vocabulary: ids run from 0 to 50256")], \
         "the door did not answer on its address"
+    assert elsewhere == ["refused"], f"the door listened beyond {host}: {elsewhere}"
     assert out == (f"serve: course-llama answers at http://{host}:{port}/v1 (OpenAI API; model name "
                    "'course-llama'), ready in 17 s; Ctrl-C stops it\n"), out
     assert err == "serve: MAX's server exited with code 3\n", err

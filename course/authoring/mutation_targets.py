@@ -494,6 +494,8 @@ _READY = ('def ready(url: str, process: subprocess.Popen | None = None, timeout:
           ' -> float:')
 _UVICORN_LOG = 'log_level="warning"))'
 _WATCH = "threading.Thread(target=watch, daemon=True).start()"
+_ANSWERS_AT = 'f"{seconds:.0f} s; Ctrl-C stops it", flush=True)'
+_EXITED = 'print(f"serve: MAX\'s server exited with code {process.returncode}", file=sys.stderr, flush=True)'
 _SAID = "print(f\"serve: {' '.join(run)}\", flush=True)"
 _UTF8_HERE = ("the locale's encoding is UTF-8 here, on CI and on macOS (and Python's in a C locale, PEP 538): only a "
               "config.json with text beyond ASCII in a Latin-1 locale would tell")
@@ -516,8 +518,17 @@ _SERVE_PROGRAM = {
     (_SERVE, "x_ready", _WAITING, _WAITING.replace(" < ", " <= ")): "the clock is never exactly at the timeout",
     (_SERVE, "x_front_door", _UVICORN_LOG, _UVICORN_LOG.replace('"warning"', '"WARNING"')):
         "uvicorn reads its log level in either case",
-    (_SERVE, "x_front_door", _WATCH, _WATCH.replace("daemon=True", "daemon=None")):
-        "the watch ends when MAX's server does, and serve stops that server before it exits (main's finally)",
+    **{(_SERVE, "x_front_door", _WATCH, _WATCH.replace("daemon=True", after)):
+       "the watch ends when MAX's server does, and serve stops that server before it exits (main's finally)"
+       for after in ("daemon=None", "", "daemon=False")},
+    **{(_SERVE, "x_front_door", line, line.replace("flush=True", after)):
+       "when a line reaches a pipe, not what it says: the served checks, which read serve's output from a pipe while "
+       "it runs, run it in processes mutmut cannot see" for line in (_ANSWERS_AT, _EXITED)
+       for after in ("flush=None", "", "flush=False")},
+    (_SERVE, "x_served", _READ_CONFIG.replace("checkpoint.folder", "folder"),
+     _READ_CONFIG.replace("checkpoint.folder", "folder").replace('"utf-8"', '"UTF-8"')): "one codec, named in capitals",
+    (_SERVE, "x_served", _READ_CONFIG.replace("checkpoint.folder", "folder"),
+     _READ_CONFIG.replace("checkpoint.folder", "folder").replace('"utf-8"', "None")): _UTF8_HERE,
     **{(_SERVE, "x_main", line, line.replace("flush=True", after)):
        "when a line reaches a pipe, not what it says: the served checks, which read serve's output from a pipe while "
        "it runs, run it in processes mutmut cannot see" for line in ("flush=True)", _SAID)
