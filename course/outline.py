@@ -19,9 +19,19 @@ SERVE_STEPS_VARIABLE = "COURSE_SERVE_STEPS"
 
 
 
+def pixi_task(numbers: list[int] | None = None) -> str:
+    """The pixi task that checks these steps: one step's ``sNN``, several steps' ``check N M``, every step's
+    ``check-all`` (``None``)."""
+    if numbers is None:
+        return "pixi run check-all"
+    if len(numbers) == 1:
+        return f"pixi run s{numbers[0]:02d}"
+    return f"pixi run check {' '.join(map(str, numbers))}"
+
+
 def check_command(number: int) -> str:
     """How to check step ``number``, for pixi's users and for a plain virtualenv's."""
-    return f"`pixi run s{number:02d}` (or `python -m course.check {number}`)"
+    return f"`{pixi_task([number])}` (or `python -m course.check {number}`)"
 
 
 def not_installed(error: ModuleNotFoundError, command: str, pixi: str) -> str:

@@ -255,6 +255,23 @@ def test_serve_help_names_each_flag_and_refuses_a_wrong_choice(capsys, monkeypat
         assert f"argument {flag}: invalid choice: '{wrong}' (choose from {choices})" in capsys.readouterr().err
 
 
+@contextlib.contextmanager
+def _stand_in(handler):
+    """An HTTP server of ``handler`` (an ``http.server`` handler class) on a free port of 127.0.0.1, in a thread of
+    this process: yields its URL; shut down and closed after."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_wait_for_max_ends_when_health_answers_and_never_hangs_on_a_silent_one():
     """ready(): the seconds until /health answers 200, asked every half second (two 503s first: about 1 s); and a
     server that takes the connection and never answers is given up on at the timeout, not waited on forever"""
@@ -272,13 +289,8 @@ def test_the_wait_for_max_ends_when_health_answers_and_never_hangs_on_a_silent_o
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        seconds = serve.ready(f"http://127.0.0.1:{server.server_address[1]}", None, timeout=30)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _stand_in(Health) as url:
+        seconds = serve.ready(url, None, timeout=30)
     assert 0.9 <= seconds < 2.5, f"/health answered 200 after {seconds:.2f} s (two 503s, half a second apart)"
 
     silent = socket.socket()
@@ -552,16 +564,10 @@ def test_bench_serve_counts_what_the_clients_got_and_times_only_after_the_warm_u
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OpenAI)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with _stand_in(OpenAI) as url:
         started = time.perf_counter()
         row = serve_bench.load(url, "course", clients=2, requests=4, tokens=5)
         took = time.perf_counter() - started
-    finally:
-        server.shutdown()
-        server.server_close()
     assert len(asked) == 2 + 8 and all(body == {"model": "course", "prompt": serve_bench.PROMPT, "max_tokens": 5,
                                                 "temperature": 0} for body in asked), asked
     latencies = row.pop("latencies")
@@ -774,14 +780,11 @@ class _Upstream:
             def log_message(self, *args):  # quiet
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self._serving = _stand_in(Handler)
+        self.url = self._serving.__enter__()
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self._serving.__exit__(None, None, None)
 
 
 @contextlib.contextmanager
@@ -795,9 +798,7 @@ def _door(upstream: str):
 
     from course.programs import front
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = serve.free_port()
     server = uvicorn.Server(uvicorn.Config(front.app(_served(), upstream), host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -499,42 +499,35 @@ _EXITED = 'print(f"serve: MAX\'s server exited with code {process.returncode}", 
 _SAID = "print(f\"serve: {' '.join(run)}\", flush=True)"
 _UTF8_HERE = ("the locale's encoding is UTF-8 here, on CI and on macOS (and Python's in a C locale, PEP 538): only a "
               "config.json with text beyond ASCII in a Latin-1 locale would tell")
+_SERVED_CONFIG = _READ_CONFIG.replace("checkpoint.folder", "folder")
+_CODECS = (("x_prepare", _READ_CONFIG), ("x_prepare", _WRITE_CONFIG), ("x_served", _SERVED_CONFIG))
+_PIPED = ("when a line reaches a pipe, not what it says: the served checks, which read serve's output from a pipe "
+          "while it runs, run it in processes mutmut cannot see")
+_FLUSHED = (("x_front_door", _ANSWERS_AT), ("x_front_door", _EXITED), ("x_main", "flush=True)"), ("x_main", _SAID))
 #: serve's (course/programs/serve.py).
 _SERVE_PROGRAM = {
     **{(_SERVE, "x_fingerprint", _BLOCK, _BLOCK.replace("1 << 24", after)):
        "the digest of the file's bytes, read in blocks of any size" for after in ("None", "2 << 24", "1 << 25")},
     (_SERVE, "x_fingerprint", _KEY, _KEY.replace("[:16]", "[:17]")):
         "a copy named by one digit more of the same digest: one name for one content all the same",
-    (_SERVE, "x_prepare", _READ_CONFIG, _READ_CONFIG.replace('"utf-8"', '"UTF-8"')): "one codec, named in capitals",
-    (_SERVE, "x_prepare", _WRITE_CONFIG, _WRITE_CONFIG.replace('"utf-8"', '"UTF-8"')): "one codec, named in capitals",
-    (_SERVE, "x_prepare", _READ_CONFIG, _READ_CONFIG.replace('"utf-8"', "None")): _UTF8_HERE,
-    **{(_SERVE, "x_prepare", _WRITE_CONFIG, after): _UTF8_HERE for after in (
-        _WRITE_CONFIG.replace('"utf-8"', "None"), _WRITE_CONFIG.replace(', encoding="utf-8"', ", "))},
+    **{(_SERVE, function, line, line.replace('"utf-8"', '"UTF-8"')): "one codec, named in capitals"
+       for function, line in _CODECS},
+    **{(_SERVE, function, line, line.replace('"utf-8"', "None")): _UTF8_HERE for function, line in _CODECS},
+    (_SERVE, "x_prepare", _WRITE_CONFIG, _WRITE_CONFIG.replace(', encoding="utf-8"', ", ")): _UTF8_HERE,
     **{(_SERVE, "x_prepare", _WRITE_CONFIG, _WRITE_CONFIG.replace("indent=2", after)):
        "config.json's layout: MAX and transformers read it as JSON" for after in ("indent=None", "indent=3", "")},
-    **{(_SERVE, "x_ready", _HEALTH, _HEALTH.replace("timeout=2", after)):
-       "how long one try of /health waits, 2 s or 3: a silent server is given up on at the timeout all the same"
-       for after in ("timeout=3",)},
+    (_SERVE, "x_ready", _HEALTH, _HEALTH.replace("timeout=2", "timeout=3")):
+        "how long one try of /health waits, 2 s or 3: a silent server is given up on at the timeout all the same",
     (_SERVE, "x_ready", _WAITING, _WAITING.replace(" < ", " <= ")): "the clock is never exactly at the timeout",
+    (_SERVE, "x_ready", _READY, _READY.replace("900.0", "901.0")):
+        "a first start's wait of 15 minutes or a second more: past any start the course has timed (126 s)",
     (_SERVE, "x_front_door", _UVICORN_LOG, _UVICORN_LOG.replace('"warning"', '"WARNING"')):
         "uvicorn reads its log level in either case",
     **{(_SERVE, "x_front_door", _WATCH, _WATCH.replace("daemon=True", after)):
        "the watch ends when MAX's server does, and serve stops that server before it exits (main's finally)"
        for after in ("daemon=None", "", "daemon=False")},
-    **{(_SERVE, "x_front_door", line, line.replace("flush=True", after)):
-       "when a line reaches a pipe, not what it says: the served checks, which read serve's output from a pipe while "
-       "it runs, run it in processes mutmut cannot see" for line in (_ANSWERS_AT, _EXITED)
-       for after in ("flush=None", "", "flush=False")},
-    (_SERVE, "x_served", _READ_CONFIG.replace("checkpoint.folder", "folder"),
-     _READ_CONFIG.replace("checkpoint.folder", "folder").replace('"utf-8"', '"UTF-8"')): "one codec, named in capitals",
-    (_SERVE, "x_served", _READ_CONFIG.replace("checkpoint.folder", "folder"),
-     _READ_CONFIG.replace("checkpoint.folder", "folder").replace('"utf-8"', "None")): _UTF8_HERE,
-    **{(_SERVE, "x_main", line, line.replace("flush=True", after)):
-       "when a line reaches a pipe, not what it says: the served checks, which read serve's output from a pipe while "
-       "it runs, run it in processes mutmut cannot see" for line in ("flush=True)", _SAID)
-       for after in ("flush=None", "", "flush=False")},
-    (_SERVE, "x_ready", _READY, _READY.replace("900.0", "901.0")):
-        "a first start's wait of 15 minutes or a second more: past any start the course has timed (126 s)",
+    **{(_SERVE, function, line, line.replace("flush=True", after)): _PIPED
+       for function, line in _FLUSHED for after in ("flush=None", "", "flush=False")},
 }
 
 #: Step 07's TODO code (solutions/step_07_attention.py).

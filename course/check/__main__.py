@@ -4,12 +4,10 @@ import sys
 try:
     from course.check.runner import main
 except ModuleNotFoundError as error:  # a new terminal, without the course's environment
-    from course.outline import not_installed
+    from course.outline import not_installed, pixi_task
 
-    steps = [arg for arg in sys.argv[1:] if arg.isdigit()]
-    pixi = (f"pixi run s{int(steps[0]):02d}" if len(steps) == 1 else f"pixi run check {' '.join(steps)}" if steps
-            else "pixi run check-all")
-    sys.exit(not_installed(error, "python -m course.check", pixi))
+    steps = [int(arg) for arg in sys.argv[1:] if arg.isdigit()]
+    sys.exit(not_installed(error, "python -m course.check", pixi_task(steps or None)))
 
 code = main()
 # The report is complete. Skip the interpreter's teardown: unloading MAX's runtime and

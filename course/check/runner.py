@@ -31,7 +31,7 @@ from rich.spinner import Spinner
 
 from course import runtime
 from course.check.hints import REPORT_TO, check_title, shown, versions
-from course.outline import OUTLINE, ROOT, check_command, SOLUTIONS, STEPS, available, marker
+from course.outline import OUTLINE, ROOT, check_command, SOLUTIONS, STEPS, available, marker, pixi_task
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -276,13 +276,12 @@ def run(numbers: list[int], target: str, steps_dir: Path, extra: list[str]) -> i
     if len(numbers) == 1:
         label, title = f"Step {numbers[0]:02d}", OUTLINE[numbers[0]]
         again = check_command(numbers[0])
-    elif numbers == available():
-        label, title = "Steps " + ", ".join(f"{n:02d}" for n in numbers), "all available steps"
-        again = "`pixi run check-all` (or `python -m course.check all`)"
     else:
-        label, title = "Steps " + ", ".join(f"{n:02d}" for n in numbers), ", ".join(OUTLINE[n] for n in numbers)
-        listed = " ".join(str(n) for n in numbers)
-        again = f"`pixi run check {listed}` (or `python -m course.check {listed}`)"
+        every = numbers == available()
+        label = "Steps " + ", ".join(f"{n:02d}" for n in numbers)
+        title = "all available steps" if every else ", ".join(OUTLINE[n] for n in numbers)
+        plain = "all" if every else " ".join(map(str, numbers))
+        again = f"`{pixi_task(None if every else numbers)}` (or `python -m course.check {plain}`)"
     checked = shown(steps_dir) if target == "steps" else shown(SOLUTIONS)
     console.print(f"[bold]{label} · {title}[/] [dim](checking {checked}/)[/]")
     cache = max_cache()
@@ -302,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if "all" in args.step:
         if len(args.step) > 1:
-            parser.error(f"'all' checks every step: give it alone, not with {' '.join(s for s in args.step if s != 'all')}")
+            others = " ".join(given for given in args.step if given != "all")
+            parser.error(f"'all' checks every step: give it alone, not with {others}")
         numbers = available()
     else:
         numbers = []
