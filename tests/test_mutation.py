@@ -335,7 +335,7 @@ def repo(tmp_path, monkeypatch):
     root = tmp_path / "repo"
     files = {"pyproject.toml": '[project]\nname = "x"\n', "course/m.py": MODULE, "solutions/step_99_pick.py": SOLUTION,
              "tests/test_m.py": "def test_m():\n    pass\n", ".ci/run": "true\n", ".github/ci.yml": "on: push\n",
-             "book/src/a.md": "# A\n", ".gitignore": "ignored/\n"}
+             "book/src/a.md": "# A\n", ".gitignore": "ignored/\n", "README.md": "# X\n"}
     for name, text in {**files, "ignored/big.bin": "x", "untracked.txt": "new\n"}.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text, encoding="utf-8")
@@ -381,14 +381,16 @@ def test_without_mutmut_the_tool_says_what_to_install_and_stops(hidden, monkeypa
 
 def test_the_copy_holds_the_working_tree_and_mutmuts_settings_for_its_target(repo):
     """prepare(): every file git tracks or would track (not the ignored ones), a fresh copy each time; mutmut told
-    to mutate the target alone, under its tests, in a fork server warmed with the imports that survive a fork"""
+    to mutate the target alone, under its tests (its folders and top-level files copied beside: the pages' checks
+    read README.md), in a fork server warmed with the imports that survive a fork"""
     import tomllib
 
     from course.authoring import mutation
 
-    assert sorted(mutation._tracked_files()) == sorted([".ci/run", ".github/ci.yml", ".gitignore", "book/src/a.md",
-                                                        "course/m.py", "pyproject.toml", "solutions/step_99_pick.py",
-                                                        "tests/test_m.py", "untracked.txt"])
+    assert sorted(mutation._tracked_files()) == sorted([".ci/run", ".github/ci.yml", ".gitignore", "README.md",
+                                                        "book/src/a.md", "course/m.py", "pyproject.toml",
+                                                        "solutions/step_99_pick.py", "tests/test_m.py",
+                                                        "untracked.txt"])
     (repo / "book" / "src" / "a.md").unlink()  # tracked, but gone from the working tree: nothing to copy
     assert "book/src/a.md" not in mutation._tracked_files()
     (repo / "book" / "src" / "a.md").write_text("# A\n")
@@ -401,7 +403,8 @@ def test_the_copy_holds_the_working_tree_and_mutmuts_settings_for_its_target(rep
     assert settings["project"] == {"name": "x"}, settings  # the project's own lines kept
     assert settings["tool"]["mutmut"] == {
         "source_paths": ["course"], "only_mutate": ["course/m.py"],
-        "also_copy": ["book", "solutions", "tests", "mutation_plugin.py", "mutation_preload.txt"],
+        "also_copy": [".gitignore", "README.md", "book", "pyproject.toml", "solutions", "tests", "untracked.txt",
+                      "mutation_plugin.py", "mutation_preload.txt"],
         "pytest_add_cli_args": ["-p", "mutation_plugin", "-p", "no:cacheprovider"],
         "pytest_add_cli_args_test_selection": ["tests/test_m.py", "tests/test_m.py::test_m"], "process_isolation": "forkserver",
         "forkserver_warmup": "import", "preload_modules_file": "mutation_preload.txt", "use_git_change_detection": False,
@@ -435,8 +438,9 @@ def test_a_solutions_copy_keeps_it_in_src_with_solutions_a_link_to_it(repo):
         assert (folder / "solutions").is_symlink() and str((folder / "solutions").readlink()) == "src", folder
     assert (work / "solutions" / "step_99_pick.py").read_text() == SOLUTION
     settings = tomllib.loads((work / "pyproject.toml").read_text())["tool"]["mutmut"]
-    assert (settings["source_paths"], settings["only_mutate"], settings["also_copy"][:3]) == (
-        ["src"], ["src/step_99_pick.py"], ["book", "course", "tests"]), settings
+    assert (settings["source_paths"], settings["only_mutate"], settings["also_copy"][:6]) == (
+        ["src"], ["src/step_99_pick.py"], [".gitignore", "README.md", "book", "course", "pyproject.toml", "tests"]
+    ), settings
     assert settings["pytest_add_cli_args_test_selection"] == ["tests/test_m.py::test_m"]
 
 

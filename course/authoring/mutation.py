@@ -305,8 +305,9 @@ def prepare(target: str, work: Path) -> None:
         for folder in (work, work / "mutants"):
             folder.mkdir(exist_ok=True)
             (folder / "solutions").symlink_to("src", target_is_directory=True)
-    # mutmut runs the tests in mutants/, a copy of these folders (a solution's src/ is its source, solutions/ a link)
-    also = sorted({name.split("/")[0] for name in files if "/" in name}
+    # mutmut runs the tests in mutants/, a copy of these folders and top-level files (README.md, pixi.toml: the
+    # pages' and environment's checks read them; a solution's src/ is its source, solutions/ a link)
+    also = sorted({name.split("/")[0] for name in files}
                   - {source, ".ci", ".github", *(("solutions",) if source == "src" else ())})
     settings = {
         "source_paths": [source],
