@@ -51,3 +51,20 @@ def test_a_missing_module_without_a_name_is_named_from_its_message():
     line = not_installed(ModuleNotFoundError("max.engine"), "python -m course.check", "pixi run check-all")
     assert line.startswith("python -m course.check needs the package `max`, ") and line.endswith(
         "or run `pixi run check-all`."), line
+
+
+@pytest.mark.parametrize("numbers, plain", [(None, "all"), ([4], "4"), ([25], "25"), ([3, 25, 26], "3 25 26")])
+def test_pixi_task_runs_the_plain_command_for_the_same_steps(numbers, plain):
+    """pixi_task's command, read as pixi.toml runs it (the task's line, then the arguments given after its name), is
+    `python -m course.check` for the same steps"""
+    import shlex
+    import tomllib
+
+    from course.outline import ROOT, pixi_task
+
+    tasks = tomllib.loads((ROOT / "pixi.toml").read_text(encoding="utf-8"))["tasks"]
+    words = shlex.split(pixi_task(numbers))
+    assert words[:2] == ["pixi", "run"] and words[2] in tasks, f"{pixi_task(numbers)!r}: no such task in pixi.toml"
+    task = tasks[words[2]]
+    run = shlex.split(task if isinstance(task, str) else task["cmd"]) + words[3:]
+    assert run == ["python", "-m", "course.check", *plain.split()], f"{pixi_task(numbers)!r} runs {run}"

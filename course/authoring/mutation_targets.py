@@ -92,6 +92,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     # today's code are left out: a copy's summary has no line yet for what it is measuring)
     "course/authoring/mutation.py": tuple(f"tests/test_mutation.py::test_{name}" for name in (
         "the_digest_is_of_the_code_mutmut_mutates", "only_a_messages_words_are_set_aside",
+        "status_names_each_targets_verdict_commit_and_whether_it_changed",
         "a_solutions_todo_code_is_told_from_its_given_code", "writing_one_target_keeps_the_others_lines",
         "the_copy_holds_the_working_tree_and_mutmuts_settings_for_its_target",
         "a_solutions_copy_keeps_it_in_src_with_solutions_a_link_to_it",
@@ -465,6 +466,8 @@ _MANY = "if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (
 _HEADERS = ('headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length",')
 _METHODS = 'methods = ["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD"]'
 _STARLETTE = 'return Starlette(routes=[Route("/{path:path}", forward, methods=methods)], lifespan=lifespan)'
+_DISCONNECT = 'while (await request.receive())["type"] != "http.disconnect":'
+_GONE = "return Response(status_code=499)"
 #: The front door's (course/programs/front.py).
 _FRONT_DOOR = {
     (_FRONT, "x__prompt_tokens", _QUOTED, _QUOTED.replace("[:80]", "[:81]")):
@@ -481,6 +484,12 @@ _FRONT_DOOR = {
     **{(_FRONT, "x_app", _STARLETTE, _STARLETTE.replace("lifespan=lifespan", after)):
        "the client to MAX's server closes with the door's process, which ends when its server does (serve.main)"
        for after in ("lifespan=None", "")},
+    **{(_FRONT, "x__unless_hung_up", _DISCONNECT, _DISCONNECT.replace('["type"]', after)):
+       "the body is read before the watch starts, so the next message is the hang-up: its KeyError ends the watch as "
+       "its type does, and logs nothing (the hang-up check's log stays empty)"
+       for after in ('["XXtypeXX"]', '["TYPE"]')},
+    (_FRONT, "x_app", _GONE, _GONE.replace("499", "500")):
+        "the client has hung up: no one reads the status, and the door logs no access lines (log_level warning)",
 }
 
 _SERVE = "course/programs/serve.py"
