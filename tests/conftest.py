@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,21 @@ def pytest_configure(config):
     if str(SOLUTIONS) not in sys.path:
         sys.path.insert(0, str(SOLUTIONS))
     runtime.setup()  # before any MAX op: see course/runtime.py
+
+
+def pytest_addoption(parser):
+    parser.addoption("--first", action="append", default=[], metavar="FILE",
+                     help="run this test file's checks before the others', in the order given (.ci/run: the longest "
+                          "files first, so that its two processes end together)")
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {Path(name).resolve(): rank for rank, name in enumerate(config.getoption("first"))}
+    unknown = [name for name in config.getoption("first") if not Path(name).is_file()]
+    if unknown:
+        raise pytest.UsageError(f"--first names no test file: {', '.join(unknown)}")
+    if first:  # a stable sort: each file's checks keep their order, and the files not named theirs
+        items.sort(key=lambda item: first.get(Path(item.fspath).resolve(), len(first)))
 
 
 def _step_number(node) -> int | None:

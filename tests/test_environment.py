@@ -188,6 +188,29 @@ def test_readme_pytest_command_runs_as_printed():
     assert re.search(r"\d+ (passed|failed)", output), output
 
 
+def test_first_runs_the_named_files_first_in_that_order_and_refuses_a_missing_one():
+    """.ci/run's `--first FILE` (tests/conftest.py): the named files' checks come first, in the order named, each file's
+    checks in their own order; a name that is no file is refused, naming it"""
+    def collect(*first: str) -> subprocess.CompletedProcess:
+        flags = [arg for name in first for arg in ("--first", name)]
+        return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               "tests/test_hints.py", "tests/test_outline.py", "tests/test_runner.py", *flags],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+
+    plain, moved = collect(), collect("tests/test_runner.py", "tests/test_outline.py")
+    ids = {name: [line for line in result.stdout.splitlines() if "::" in line] for name, result in
+           (("plain", plain), ("moved", moved))}
+    files = [test.split("::")[0] for test in ids["moved"]]
+    assert list(dict.fromkeys(files)) == ["tests/test_runner.py", "tests/test_outline.py", "tests/test_hints.py"], \
+        list(dict.fromkeys(files))
+    assert sorted(ids["moved"]) == sorted(ids["plain"]), "--first changed which checks were collected"
+    for name in ("tests/test_runner.py", "tests/test_outline.py", "tests/test_hints.py"):
+        assert [t for t in ids["moved"] if t.startswith(name)] == [t for t in ids["plain"] if t.startswith(name)], name
+    missing = collect("tests/test_nothing_here.py")
+    assert missing.returncode != 0 and "--first names no test file: tests/test_nothing_here.py" in missing.stderr, \
+        missing.stdout + missing.stderr
+
+
 def test_shipped_gpt2_tokenizer_is_gpt2s():
     """course/gpt2-tokenizer holds OpenAI's GPT-2 files, byte for byte: the sha256 sums its README gives
     (and, where ../shared is beside the course, the ones its README gives)"""
