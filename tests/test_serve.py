@@ -346,6 +346,31 @@ def test_the_door_knows_the_served_models_name_vocabulary_context_and_tokenizer(
         probe.bind(("127.0.0.1", port))  # free: it binds
 
 
+def test_a_server_keeps_its_temporary_files_in_a_folder_of_its_own_which_stop_removes(monkeypatch):
+    """start() hands the server a temporary folder of its own (TMPDIR: where MAX's ZeroMQ sockets go, five files a
+    start, which MAX leaves); stop() removes it with what the server and its worker left there, and keeps the
+    environment it was given otherwise"""
+    import tempfile
+
+    monkeypatch.setenv("COURSE_SERVE_PROBE", "kept")
+    child = ("import os, subprocess, sys, tempfile, time\n"
+             "folder = tempfile.gettempdir()\n"
+             "open(os.path.join(folder, 'socket-left'), 'w').close()\n"
+             "subprocess.run([sys.executable, '-c', 'import tempfile; open(tempfile.mkstemp()[1], \"w\").close()'])\n"
+             "print(folder, os.environ['COURSE_SERVE_PROBE'], len(os.listdir(folder)), flush=True)\ntime.sleep(60)\n")
+    server = serve.start([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    folder, probe, count = server.stdout.readline().split()
+    assert Path(folder).parent == Path(tempfile.gettempdir()) and Path(folder).name.startswith("course-serve-"), folder
+    assert (probe, count) == ("kept", "2"), (probe, count)
+    serve.stop(server, grace=10)
+    assert not Path(folder).exists(), f"{folder} is left after stop()"
+    given = serve.start([sys.executable, "-c", "import os; print(os.environ.get('COURSE_SERVE_PROBE'), "
+                         "os.environ['TMPDIR'])"], stdout=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]})
+    said, scratch = given.stdout.readline().split()
+    serve.stop(given, grace=10)
+    assert said == "None" and not Path(scratch).exists(), (said, scratch)  # the env given, not this process's
+
+
 def test_stop_ends_the_server_and_every_process_it_started_even_one_that_ignores_sigterm(tmp_path):
     """start() puts a server in a process group of its own; stop() ends the group: a server whose worker outlives
     it on SIGTERM alone is ended with its worker; one that ignores SIGTERM is killed after the grace; and a SIGTERM

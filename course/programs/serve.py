@@ -233,13 +233,33 @@ def front_door(model, process: subprocess.Popen, behind: int, host: str, port: i
 
 def start(command: list[str], **options) -> subprocess.Popen:
     """Starts a server in a process group of its own, so that :func:`stop` ends it with every process it started
-    (MAX's server runs its model in worker processes, which outlive it when only it is ended)."""
-    return subprocess.Popen(command, start_new_session=True, **options)
+    (MAX's server runs its model in worker processes, which outlive it when only it is ended), and with a temporary
+    folder of its own (``TMPDIR``), which :func:`stop` removes: MAX's processes talk through ZeroMQ sockets, files
+    it makes in the temporary folder and leaves there, five a start."""
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="course-serve-")
+    options["env"] = {**(os.environ if options.get("env") is None else options["env"]), "TMPDIR": scratch}
+    try:
+        process = subprocess.Popen(command, start_new_session=True, **options)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    process.scratch = scratch
+    return process
 
 
 def stop(process: subprocess.Popen, grace: float = 60.0) -> None:
     """Ends a server :func:`start` started, and its process group: asked first (SIGTERM), killed after ``grace``
-    seconds."""
+    seconds; then removes its temporary folder."""
+    try:
+        _end_group(process, grace)
+    finally:
+        if getattr(process, "scratch", None):
+            shutil.rmtree(process.scratch, ignore_errors=True)
+
+
+def _end_group(process: subprocess.Popen, grace: float) -> None:
     import signal
 
     def group(sent):
