@@ -103,6 +103,90 @@ def test_status_names_each_targets_verdict_commit_and_whether_it_changed(monkeyp
     assert all(" no " in line for name, line in lines.items() if name != target and name in found), lines
 
 
+def _git(folder: Path, *args: str, date: str = "2026-11-27T12:00:00") -> str:
+    """git in ``folder`` as a fixed author, committing at ``date``: its output, stripped."""
+    who = {"GIT_AUTHOR_NAME": "course", "GIT_AUTHOR_EMAIL": "course@example.org", "GIT_COMMITTER_NAME": "course",
+           "GIT_COMMITTER_EMAIL": "course@example.org", "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=folder, env={**os.environ, **who}, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_measured_at_is_the_commit_that_first_recorded_the_digest(tmp_path, monkeypatch):
+    """--status's "measured at": the first commit whose summary holds the digest, with its date (not a later one
+    that drops it); a digest only in the working tree: "(not committed yet)"; no repository: "(no git history)"
+    """
+    from course.authoring import mutation
+
+    summary = tmp_path / "book" / "src" / "mutation-summary.txt"
+    summary.parent.mkdir(parents=True)
+    monkeypatch.setattr(mutation, "ROOT", tmp_path)
+    monkeypatch.setattr(mutation, "SUMMARY", summary)
+    _git(tmp_path, "init", "-q")
+    summary.write_text("course/weights.py  000000000000  1\n")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "before", date="2026-11-20T12:00:00")
+    summary.write_text("course/weights.py  aaaaaaaaaaaa  1\n")
+    _git(tmp_path, "commit", "-q", "-am", "recorded", date="2026-11-27T12:00:00")
+    first = _git(tmp_path, "rev-parse", "--short", "HEAD")
+    summary.write_text("course/weights.py  aaaaaaaaaaaa  1\ncourse/outline.py  bbbbbbbbbbbb  2\n")
+    _git(tmp_path, "commit", "-q", "-am", "another row", date="2026-12-01T12:00:00")
+    summary.write_text("course/weights.py  cccccccccccc  1\n")
+    _git(tmp_path, "commit", "-q", "-am", "measured again", date="2026-12-03T12:00:00")
+    summary.write_text("course/weights.py  dddddddddddd  1\n")  # not committed
+    assert measured_at("aaaaaaaaaaaa") == f"{first} (2026-11-27)"
+    assert measured_at("dddddddddddd") == "(not committed yet)"
+    monkeypatch.setattr(mutation, "ROOT", tmp_path / "book")
+    (tmp_path / ".git").rename(tmp_path / "no-git")
+    assert measured_at("aaaaaaaaaaaa") == "(no git history)"
+
+
+def test_status_takes_each_targets_first_whole_row(tmp_path, monkeypatch):
+    """status() reads a target's first row with a 12-digit digest and every column: its survivors (survived, no
+    tests and other) of its mutants, "1 survivor" alone in the singular; a target with no such row: "never measured",
+    changed; and "changed" wherever today's digest differs"""
+    from course.authoring import mutation
+
+    summary = tmp_path / "summary.txt"
+    rows = ["a.py  aaaaaaaaaaaa  10  6  1  1  0  1  1  1 min 0 s  2026-12-01",  # 3 left
+            "a.py  bbbbbbbbbbbb  10  10  0  0  0  0  0  1 min 0 s  2026-12-02",  # a later row: not read
+            "b.py  ccccccccccc  5  5  0  0  0  0  0  1 min 0 s  2026-12-01",  # an 11-digit digest
+            "c.py  dddddddddddd  5  4  0  1  0  0",  # a column short
+            "d.py  eeeeeeeeeeee  7  6  0  0  2  0  1  1 min 0 s  2026-12-01",  # 1 left, 2 timed out
+            "e.py  ffffffffffff  4  3  0  1  0  0  0  1 min 0 s  2026-12-01"]
+    summary.write_text("a header line\n\n" + "\n".join(rows) + "\n")
+    monkeypatch.setattr(mutation, "SUMMARY", summary)
+    monkeypatch.setattr(mutation, "TARGETS", {name: () for name in ("a.py", "b.py", "c.py", "d.py", "e.py", "f.py")})
+    monkeypatch.setattr(mutation, "digest", lambda name: "ffffffffffff" if name == "e.py" else "aaaaaaaaaaaa")
+    monkeypatch.setattr(mutation, "measured_at", lambda found: f"commit of {found}")
+    got = {s.target: (s.verdict, s.commit, s.changed) for s in mutation.status()}
+    assert got == {
+        "a.py": ("3 survivors of 10 (1 equivalent, 0 timed out)", "commit of aaaaaaaaaaaa", False),
+        "b.py": ("never measured", "(none)", True),
+        "c.py": ("never measured", "(none)", True),
+        "d.py": ("1 survivor of 7 (0 equivalent, 2 timed out)", "commit of eeeeeeeeeeee", True),
+        "e.py": ("1 survivor of 4 (0 equivalent, 0 timed out)", "commit of ffffffffffff", False),
+        "f.py": ("never measured", "(none)", True),
+    }, got
+
+
+def test_status_table_lines_up_its_columns_and_says_what_to_rerun():
+    """--status's table: the file column as wide as the longest name, then "changed since", "measured at" and the
+    verdict; and a last line counting the changed targets, with the command to rerun them only where there are any"""
+    from course.authoring.mutation import Status, status_table
+
+    two = [Status("course/a.py", "0 survivors of 9 (1 equivalent, 0 timed out)", "abc1234 (2026-12-01)", False),
+           Status("tools/longer_name.py", "never measured", "(none)", True)]
+    assert status_table(two) == (
+        "file                  changed since  measured at               verdict\n"
+        "course/a.py           no             abc1234 (2026-12-01)      0 survivors of 9 (1 equivalent, 0 timed out)\n"
+        "tools/longer_name.py  yes            (none)                    never measured\n"
+        "1 of 2 targets changed since their mutation run: rerun them with "
+        "`python -m course.authoring.mutation FILE ... --write`\n")
+    assert status_table(two[:1]).splitlines()[-1] == "0 of 1 targets changed since their mutation run"
+
+
 def test_the_instructors_page_gives_the_summarys_count_and_time():
     """book/src/instructors.md's "about X h Y min on a 2-core machine (N targets": N is the summary's rows, and the
     time the sum of their run times, to the nearest 10 minutes"""

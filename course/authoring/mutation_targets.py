@@ -93,6 +93,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "course/authoring/mutation.py": tuple(f"tests/test_mutation.py::test_{name}" for name in (
         "the_digest_is_of_the_code_mutmut_mutates", "only_a_messages_words_are_set_aside",
         "status_names_each_targets_verdict_commit_and_whether_it_changed",
+        "measured_at_is_the_commit_that_first_recorded_the_digest", "status_takes_each_targets_first_whole_row",
+        "status_table_lines_up_its_columns_and_says_what_to_rerun",
         "a_solutions_todo_code_is_told_from_its_given_code", "writing_one_target_keeps_the_others_lines",
         "the_copy_holds_the_working_tree_and_mutmuts_settings_for_its_target",
         "a_solutions_copy_keeps_it_in_src_with_solutions_a_link_to_it",
@@ -149,6 +151,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "the_served_copies_live_in_the_users_cache_or_where_course_serve_cache_says",
         "the_door_knows_the_served_models_name_vocabulary_context_and_tokenizer",
         "stop_ends_the_server_and_every_process_it_started_even_one_that_ignores_sigterm",
+        "a_server_keeps_its_temporary_files_in_a_folder_of_its_own_which_stop_removes",
         "the_door_closes_when_maxs_server_exits_and_says_so")),
     # bench --serve: its servers, its medians and its report, the servers faked; where llama.cpp's server is found
     "course/programs/serve_bench.py": tuple(f"tests/test_serve.py::test_{name}" for name in (
