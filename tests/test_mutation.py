@@ -140,6 +140,12 @@ def test_measured_at_is_the_commit_that_first_recorded_the_digest(tmp_path, monk
     monkeypatch.setattr(mutation, "ROOT", tmp_path / "book")
     (tmp_path / ".git").rename(tmp_path / "no-git")
     assert measured_at("aaaaaaaaaaaa") == "(no git history)"
+    for failure in (FileNotFoundError(2, "No such file or directory: 'git'"),
+                    mutation.subprocess.TimeoutExpired("git", 60)):
+        def fails(*args, failure=failure, **kwargs):
+            raise failure
+        monkeypatch.setattr(mutation.subprocess, "run", fails)  # no git on PATH; a git that hangs
+        assert measured_at("aaaaaaaaaaaa") == "(no git history)", type(failure).__name__
 
 
 def test_status_takes_each_targets_first_whole_row(tmp_path, monkeypatch):
@@ -153,11 +159,12 @@ def test_status_takes_each_targets_first_whole_row(tmp_path, monkeypatch):
             "a.py  bbbbbbbbbbbb  10  10  0  0  0  0  0  1 min 0 s  2026-12-02",  # a later row: not read
             "b.py  ccccccccccc  5  5  0  0  0  0  0  1 min 0 s  2026-12-01",  # an 11-digit digest
             "c.py  dddddddddddd  5  4  0  1  0  0",  # a column short
+            "g.py  gggggggggggg  3  2  0  1  0  0  0",  # every column, no run time or date
             "d.py  eeeeeeeeeeee  7  6  0  0  2  0  1  1 min 0 s  2026-12-01",  # 1 left, 2 timed out
             "e.py  ffffffffffff  4  3  0  1  0  0  0  1 min 0 s  2026-12-01"]
     summary.write_text("a header line\n\n" + "\n".join(rows) + "\n")
     monkeypatch.setattr(mutation, "SUMMARY", summary)
-    monkeypatch.setattr(mutation, "TARGETS", {name: () for name in ("a.py", "b.py", "c.py", "d.py", "e.py", "f.py")})
+    monkeypatch.setattr(mutation, "TARGETS", {f"{name}.py": () for name in "abcdefg"})
     monkeypatch.setattr(mutation, "digest", lambda name: "ffffffffffff" if name == "e.py" else "aaaaaaaaaaaa")
     monkeypatch.setattr(mutation, "measured_at", lambda found: f"commit of {found}")
     got = {s.target: (s.verdict, s.commit, s.changed) for s in mutation.status()}
@@ -168,6 +175,7 @@ def test_status_takes_each_targets_first_whole_row(tmp_path, monkeypatch):
         "d.py": ("1 survivor of 7 (0 equivalent, 2 timed out)", "commit of eeeeeeeeeeee", True),
         "e.py": ("1 survivor of 4 (0 equivalent, 0 timed out)", "commit of ffffffffffff", False),
         "f.py": ("never measured", "(none)", True),
+        "g.py": ("1 survivor of 3 (0 equivalent, 0 timed out)", "commit of gggggggggggg", True),
     }, got
 
 
@@ -808,7 +816,8 @@ def test_help_names_the_command_and_each_option(repo, capsys):
         ("targets", "the files to mutate (default: all of course/m.py, solutions/step_99_pick.py)"),
         ("--write", "rewrite book/src/mutation-summary.txt: the targets run, and the others' lines"),
         ("--children CHILDREN", "mutants run at once"),
-        ("--last", "run nothing: report (and with --write, record) the verdicts of the last run")))
+        ("--last", "run nothing: report (and with --write, record) the verdicts of the last run"),
+        ("--status", "run nothing: each target's recorded verdict, the commit it was measured at")))
 
 
 def test_a_message_reworded_with_code_changed_after_it_is_not_set_aside():

