@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
     if unknown:
         raise pytest.UsageError(f"--first names no test file: {', '.join(unknown)}")
     if first:  # a stable sort: each file's checks keep their order, and the files not named theirs
-        items.sort(key=lambda item: first.get(Path(item.fspath).resolve(), len(first)))
+        items.sort(key=lambda item: first.get(Path(item.path).resolve(), len(first)))
 
 
 def _step_number(node) -> int | None:

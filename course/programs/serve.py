@@ -235,7 +235,7 @@ def start(command: list[str], **options) -> subprocess.Popen:
     """Starts a server in a process group of its own, so that :func:`stop` ends it with every process it started
     (MAX's server runs its model in worker processes, which outlive it when only it is ended), and with a temporary
     folder of its own (``TMPDIR``), which :func:`stop` removes: MAX's processes talk through ZeroMQ sockets, files
-    it makes in the temporary folder and leaves there, five a start."""
+    it makes in the temporary folder and leaves there, five or six a start."""
     import tempfile
 
     scratch = tempfile.mkdtemp(prefix="course-serve-")
