@@ -1260,7 +1260,8 @@ def test_bench_finds_llama_server_where_it_looks_and_says_how_to_build_one(tmp_p
 def test_llama_server_build_fetches_the_releases_source_builds_the_one_program_and_says_what_failed(
         tmp_path, monkeypatch, capsys):
     """llama_server --build with pip and CMake faked: the source package of the release asked for (else the `llama`
-    extra's range), llama.cpp configured with the course's settings and the user's CFLAGS and CXXFLAGS plus AMX off,
+    extra's range), llama.cpp configured with the course's settings, then the user's CMAKE_ARGS, and the user's CFLAGS
+    and CXXFLAGS plus AMX off,
     llama-server alone built on the jobs asked for (else the CPUs this process may use), and the program put in the
     cache folder whole; and each failure (no source package, pip's error, CMake's first error, a bare exit status)
     one line that says which step failed"""
@@ -1274,6 +1275,7 @@ def test_llama_server_build_fetches_the_releases_source_builds_the_one_program_a
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("CFLAGS", "-O2")
     monkeypatch.delenv("CXXFLAGS", raising=False)
+    monkeypatch.setenv("CMAKE_ARGS", "-DGGML_CUDA=on  -DCMAKE_CXX_FLAGS_RELEASE='-O1 -g'")
     monkeypatch.setattr(llama_server.shutil, "which", lambda tool, *args, **kwargs: f"/usr/bin/{tool}")
     monkeypatch.setattr(runtime, "usable_cpus", lambda: 3)
     monkeypatch.setattr(llama_server, "_release", lambda: None)
@@ -1312,7 +1314,8 @@ def test_llama_server_build_fetches_the_releases_source_builds_the_one_program_a
     assert fetch == [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
                      "--dest", str(scratch), "llama-cpp-python==0.3.1"], fetch
     assert configure == ["cmake", "-S", str(scratch / "llama_cpp_python-0.3.1" / "vendor" / "llama.cpp"), "-B",
-                         str(scratch / "build"), *llama_server.CMAKE], configure
+                         str(scratch / "build"), *llama_server.CMAKE, "-DGGML_CUDA=on",
+                         "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -g"], configure
     assert make == ["cmake", "--build", str(scratch / "build"), "--target", "llama-server", "-j", "2"], make
     flags = llama_server._flags()
     assert (env["CFLAGS"], env["CXXFLAGS"]) == (f"-O2 {flags}".strip(), flags) and env_again == env, env

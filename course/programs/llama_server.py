@@ -7,7 +7,8 @@ as many parallel slots as MAX's batch.
 The ``llama`` extra (llama-cpp-python) carries llama.cpp's source but builds only its library; the server is a
 program of its own. ``--build`` downloads the source package of the llama-cpp-python you have (``pip download``,
 the same release), configures the llama.cpp inside it with CMake (no web UI, no HTTPS, no downloads; on x86
-without AMX, as ``bench.NO_AMX`` says why) and builds that one program into your cache folder. ``bench --serve``
+without AMX, as ``bench.NO_AMX`` says why; then your ``CMAKE_ARGS``, as llama-cpp-python's own build takes them:
+``-DGGML_CUDA=on`` for a GPU) and builds that one program into your cache folder. ``bench --serve``
 looks for it in ``$LLAMA_SERVER``, then there, then on ``PATH`` (``brew install llama.cpp`` or conda-forge's
 ``llama.cpp`` put one there).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -122,7 +124,8 @@ def build(jobs: int | None = None, release: str | None = None) -> Path:
                            CXXFLAGS=f"{os.environ.get('CXXFLAGS', '')} {flags}".strip())
         print(f"llama_server: building llama-server from {archives[0].name} on {jobs} jobs (about 8 CPU minutes) …",
               flush=True)
-        for step in (["cmake", "-S", str(source), "-B", str(scratch / "build"), *CMAKE],
+        yours = shlex.split(os.environ.get("CMAKE_ARGS", ""))  # as llama-cpp-python's build reads them
+        for step in (["cmake", "-S", str(source), "-B", str(scratch / "build"), *CMAKE, *yours],
                      ["cmake", "--build", str(scratch / "build"), "--target", "llama-server", "-j", str(jobs)]):
             done = subprocess.run(step, capture_output=True, text=True, env=environment, check=False)
             if done.returncode != 0:
