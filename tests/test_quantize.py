@@ -205,15 +205,35 @@ def test_quantized_linear_matches_numpy(name, linear_case):
     assert worst <= 0.03, f"{name}: QuantizedLinear vs x @ dequantized(W).T + b: largest |Δ| is {worst:.1%} of the largest output"
 
 
+def compiled_together(x: np.ndarray, *layers) -> list[np.ndarray]:
+    """Each layer's output for ``x``, all from one compiled graph. MAX compiles the kernels of each new graph
+    afresh, so forms of a product compared on one input cost one compile, not one each (the book's log, "What a
+    graph costs MAX to compile")."""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.nn import Module
+    from max.experimental.tensor import Tensor, TensorType
+
+    class Together(Module):
+        def __init__(self):
+            super().__init__()
+            for index, layer in enumerate(layers):
+                setattr(self, f"form{index}", layer)
+
+        def forward(self, x):
+            return [getattr(self, f"form{index}")(x) for index in range(len(layers))]
+
+    run = Together().compile(TensorType(DType.float32, list(x.shape), CPU()))
+    return [np.asarray(y.to_numpy()) for y in run(Tensor.from_dlpack(x))]
+
+
 @pytest.mark.parametrize("name", ONE_ROW_KERNELS)
 def test_the_mojo_kernel_matches_numpy(name, mojo_kernels):
     """QuantizedLinear with the course's Mojo kernel (one row, in a compiled graph) gives x @ W.T + b for the weights
     the blocks stand for, as MAX's qmatmul does (both round x to 8 bits), with a row that is all zero and a row
     zero in one block; 450 rows (more than a row's 420 bytes), padded to 480, split between the cores; and 11 rows,
     unpadded, which the kernel takes four at a time and the rest one by one"""
-    from max.driver import CPU
-    from max.dtype import DType
-    from max.experimental.tensor import Tensor, TensorType
+    from max.experimental.tensor import Tensor
 
     from course.programs.quantize import QuantizedLinear, dequantize_rows, quantize_rows
     rng = np.random.default_rng(16)
@@ -224,22 +244,18 @@ def test_the_mojo_kernel_matches_numpy(name, mojo_kernels):
     x = rng.standard_normal((1, 1, 512)).astype(np.float32)
     x[..., 256:272] = 0.0  # a group of x that rounds to nothing
     expected = x @ dequantize_rows(quantize_rows(weight, name), name).T + bias
-    got = {}
-    for kernel in (True, False):
-        run = QuantizedLinear(weight, bias, name, kernel).compile(TensorType(DType.float32, list(x.shape), CPU()))
-        got[kernel] = np.asarray(run(Tensor.from_dlpack(x)).to_numpy())
-    assert got[True].shape == expected.shape, f"{name}: shape {got[True].shape}, expected {expected.shape}"
-    worst = float(np.abs(got[True] - expected).max() / np.abs(expected).max())
-    apart = float(np.abs(got[True] - got[False]).max() / np.abs(expected).max())
+    # 11 rows, unpadded: on 2 cores bands of 5 and 6, each one group of four rows and the rest one at a time
+    few_rows = QuantizedLinear(weight[:11], bias[:11], name, kernel=True)
+    few_rows.weight, few_rows.out_dim = Tensor.from_dlpack(quantize_rows(weight[:11], name)), 11
+    kernel, qmatmul, few = compiled_together(x, QuantizedLinear(weight, bias, name, True),
+                                             QuantizedLinear(weight, bias, name, False), few_rows)
+    assert kernel.shape == expected.shape, f"{name}: shape {kernel.shape}, expected {expected.shape}"
+    worst = float(np.abs(kernel - expected).max() / np.abs(expected).max())
+    apart = float(np.abs(kernel - qmatmul).max() / np.abs(expected).max())
     print(f"{name}: the kernel's largest |Δ| = {worst:.2%} of the largest output (bound 3%); from qmatmul's {apart:.2e}")
     assert worst <= 0.03, f"{name}: the Mojo kernel vs x @ dequantized(W).T + b: largest |Δ| is {worst:.1%} of the largest output"
     assert apart <= 1e-5, f"{name}: the Mojo kernel vs MAX's qmatmul: largest |Δ| is {apart:.2e} of the largest output"
-    # 11 rows, unpadded: on 2 cores bands of 5 and 6, each one group of four rows and the rest one at a time
-    linear = QuantizedLinear(weight[:11], bias[:11], name, kernel=True)
-    linear.weight, linear.out_dim = Tensor.from_dlpack(quantize_rows(weight[:11], name)), 11
-    run = linear.compile(TensorType(DType.float32, list(x.shape), CPU()))
-    few = np.asarray(run(Tensor.from_dlpack(x)).to_numpy())
-    worst_few = np.abs(few - got[False][..., :11]).max(axis=(0, 1)) / np.abs(expected).max()
+    worst_few = np.abs(few - qmatmul[..., :11]).max(axis=(0, 1)) / np.abs(expected).max()
     assert worst_few.max() <= 1e-5, (f"{name}: the Mojo kernel on 11 rows vs qmatmul: rows {np.flatnonzero(worst_few > 1e-5).tolist()} "
                                      f"differ, by up to {worst_few.max():.2e} of the largest output")
 
@@ -247,22 +263,16 @@ def test_the_mojo_kernel_matches_numpy(name, mojo_kernels):
 def test_the_q4_0_kernel_takes_a_last_block_alone(mojo_kernels):
     """q4_0's kernel unpacks two blocks of 32 at a time; a width of 96 leaves a third, which it takes alone, both
     four rows at a time and one row at a time (45 rows: on 2 cores, bands of 22 and 23), as MAX's qmatmul does"""
-    from max.driver import CPU
-    from max.dtype import DType
-    from max.experimental.tensor import Tensor, TensorType
-
     from course.programs.quantize import QuantizedLinear, dequantize_rows, quantize_rows
     rng = np.random.default_rng(96)
     weight = (rng.standard_normal((45, 96)) * 0.05).astype(np.float32)
     bias = rng.standard_normal(45).astype(np.float32)
     x = rng.standard_normal((1, 1, 96)).astype(np.float32)
     expected = x @ dequantize_rows(quantize_rows(weight, "q4_0"), "q4_0").T + bias
-    got = {}
-    for kernel in (True, False):
-        run = QuantizedLinear(weight, bias, "q4_0", kernel).compile(TensorType(DType.float32, list(x.shape), CPU()))
-        got[kernel] = np.asarray(run(Tensor.from_dlpack(x)).to_numpy())
-    apart = np.abs(got[True] - got[False]).max(axis=(0, 1)) / np.abs(expected).max()
-    worst = float(np.abs(got[True] - expected).max() / np.abs(expected).max())
+    kernel, qmatmul = compiled_together(x, QuantizedLinear(weight, bias, "q4_0", True),
+                                        QuantizedLinear(weight, bias, "q4_0", False))
+    apart = np.abs(kernel - qmatmul).max(axis=(0, 1)) / np.abs(expected).max()
+    worst = float(np.abs(kernel - expected).max() / np.abs(expected).max())
     print(f"q4_0, 3 blocks a row: the kernel's largest |Δ| = {worst:.2%} of the largest output (bound 3%); from "
           f"qmatmul's {apart.max():.2e}")
     assert worst <= 0.03 and apart.max() <= 1e-5, (
