@@ -1322,8 +1322,10 @@ def test_llama_server_build_fetches_the_releases_source_builds_the_one_program_a
     assert not scratch.exists(), "the scratch folder was left behind"
 
     ran.clear()
+    monkeypatch.delenv("CMAKE_ARGS")
     assert llama_server.build() == tmp_path / "cache" / "course-llama-server" / "latest" / "llama-server"
     assert ran[0][0][-1] == f"llama-cpp-python{llama_server.RELEASES}" and ran[2][0][-1] == "3", ran
+    assert ran[1][0][-len(llama_server.CMAKE):] == llama_server.CMAKE, ran[1][0]  # no CMAKE_ARGS: nothing after
     capsys.readouterr()
     for step, result, message in [
             ("download", (1, "", "Looking in indexes\nERROR: No matching distribution found for llama-cpp-python==9.9"),
