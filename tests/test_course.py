@@ -4,6 +4,7 @@ checks catch planted bugs. They run on a scratch copy, never on your steps/."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -978,12 +979,32 @@ def stubs(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def stub_checks(request, stubs):
+    """The check's output on each selected step's stub, ``stub_checks(number) -> (exit code, output)``: all of them
+    from one process, as the planted bugs are (a process per step would import PyTorch, transformers and MAX each
+    time); a step whose run did not finish there is checked again in a process of its own."""
+    selected = [item.callspec.params["number"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_stub_fails_with_a_hint"]
+    results: dict[int, tuple[int | None, str]] = {}
+
+    def output(number: int) -> tuple[int | None, str]:
+        if number not in results:
+            batch = [n for n in selected if n not in results] if number in selected else [number]
+            runs = _check_in_turn([[str(n), "--steps-dir", str(stubs)] for n in batch])
+            results.update({n: runs.get(index, (None, "")) for index, n in enumerate(batch)})
+            for n in [n for n in batch if results[n][0] is None]:
+                results[n] = _check_in_turn([[str(n), "--steps-dir", str(stubs)]]).get(0, (None, ""))
+        return results[number]
+
+    return output
+
+
 @pytest.mark.parametrize("number", available())
-def test_stub_fails_with_a_hint(stubs, number):
+def test_stub_fails_with_a_hint(stub_checks, stubs, number):
     """each stub fails its own check, names a TODO, and prints no traceback"""
-    result = _python("-m", "course.check", str(number), "--steps-dir", str(stubs))
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, f"exit code {result.returncode}, expected 1 (checks failed):\n{output}"
+    code, output = stub_checks(number)
+    assert code == 1, f"exit code {code}, expected 1 (checks failed; None: the check did not finish):\n{output}"
     assert "✗" in output and re.search(r"TODO \d+(, \d+)* in ", output), f"no ✗ line naming a TODO:\n{output}"
     assert "Traceback" not in output, f"a traceback reached the learner:\n{output}"
     assert "could not load" not in output and "internal error" not in output, output
@@ -1003,21 +1024,33 @@ def test_copied_solutions_pass_as_steps(tmp_path):
     assert not drift, "\n".join(drift)
 
 
-#: Checks planted copies of one step in turn, in one process, so that PyTorch, transformers
-#: and MAX are imported once per step, not once per bug: `course.check N --steps-dir D -x`
-#: for each folder D, each run between two marker lines. -x: only the first ✗ is compared,
-#: and a planted bug in a compiled graph (step 15) would otherwise compile that changed
-#: graph afresh for the later checks (minutes).
-CHECK_PLANTED = """
-import sys
+#: Runs ``course.check`` once for each argument list in ``sys.argv[1]`` (JSON), in one process, so that
+#: PyTorch, transformers and MAX are imported once, not once per run; each run between two marker lines.
+CHECK_IN_TURN = """
+import json, sys
 from course.check.runner import main
 
-number, folders = sys.argv[1], sys.argv[2:]
-for index, folder in enumerate(folders):
-    print(f"@@planted {index}@@", flush=True)
-    code = main([number, "--steps-dir", folder, "-x"])
+for index, argv in enumerate(json.loads(sys.argv[1])):
+    print(f"@@run {index}@@", flush=True)
+    code = main(argv)
     print(f"@@exit {index} {code}@@", flush=True)
 """
+
+
+def _check_in_turn(runs: list[list[str]], timeout: float = 1800) -> dict[int, tuple[int, str]]:
+    """{index: (exit code, output)} of ``python -m course.check *runs[index]`` for each run that finished, all of
+    them in one process (stdout and stderr together, as the learner sees them)."""
+    # -u: stdout and stderr unbuffered, so that each run's lines stay between its markers.
+    result = subprocess.run([sys.executable, "-u", "-c", CHECK_IN_TURN, json.dumps(runs)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
+    found = {}
+    parts = re.split(r"^@@run (\d+)@@\n", result.stdout, flags=re.MULTILINE)
+    for index, text in zip(parts[1::2], parts[2::2]):
+        if exit_code := re.search(rf"^@@exit {index} (\d+)@@$", text, re.MULTILINE):
+            found[int(index)] = (int(exit_code[1]), text[: exit_code.start()])
+    if not found and len(runs) == 1:
+        found[0] = (None, f"the check did not finish:\n{result.stdout}")
+    return found
 
 
 def _plant(bug: str) -> str:
@@ -1050,23 +1083,16 @@ def _check_planted(number: int, bugs: list[str], folder: Path) -> dict[str, tupl
         copies[bug] = folder / str(len(copies))
         copies[bug].mkdir()
         (copies[bug] / step_path(number).name).write_text(source)
-    # -u: stdout and stderr unbuffered, so that each run's lines stay between its markers.
-    result = subprocess.run(
-        [sys.executable, "-u", "-c", CHECK_PLANTED, str(number), *map(str, copies.values())],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900, check=False,
-    )
-    runs = re.split(r"^@@planted (\d+)@@\n", result.stdout, flags=re.MULTILINE)
-    for index, text in zip(runs[1::2], runs[2::2]):
-        if exit_code := re.search(rf"^@@exit {index} (\d+)@@$", text, re.MULTILINE):
-            bug = list(copies)[int(index)]
+    # -x: only the first ✗ is compared, and a planted bug in a compiled graph (step 15) would otherwise compile that
+    # changed graph afresh for the later checks (minutes).
+    runs = _check_in_turn([[str(number), "--steps-dir", str(copy), "-x"] for copy in copies.values()], timeout=900)
+    for index, bug in enumerate(copies):
+        code, text = runs.get(index, (None, ""))
+        if code is not None or len(copies) == 1:
             # The copy's folder reads as steps/, as the learner would see it.
-            found[bug] = (int(exit_code[1]), text[: exit_code.start()].replace(f"{copies[bug].resolve()}/", "steps/"))
-    unfinished = [bug for bug in copies if bug not in found]
-    if len(copies) == 1 and unfinished:
-        found[unfinished[0]] = (None, f"the check did not finish:\n{result.stdout}")
-    elif unfinished:
-        for bug in unfinished:
-            found |= _check_planted(number, [bug], folder / f"alone-{list(copies).index(bug)}")
+            found[bug] = (code, text.replace(f"{copies[bug].resolve()}/", "steps/"))
+    for bug in [bug for bug in copies if bug not in found]:
+        found |= _check_planted(number, [bug], folder / f"alone-{list(copies).index(bug)}")
     return found
 
 
