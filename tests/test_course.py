@@ -991,10 +991,7 @@ def stub_checks(request, stubs):
     def output(number: int) -> tuple[int | None, str]:
         if number not in results:
             batch = [n for n in selected if n not in results] if number in selected else [number]
-            runs = _check_in_turn([[str(n), "--steps-dir", str(stubs)] for n in batch])
-            results.update({n: runs.get(index, (None, "")) for index, n in enumerate(batch)})
-            for n in [n for n in batch if results[n][0] is None]:
-                results[n] = _check_in_turn([[str(n), "--steps-dir", str(stubs)]]).get(0, (None, ""))
+            results.update(zip(batch, _check_in_turn([[str(n), "--steps-dir", str(stubs)] for n in batch])))
         return results[number]
 
     return output
@@ -1037,9 +1034,11 @@ for index, argv in enumerate(json.loads(sys.argv[1])):
 """
 
 
-def _check_in_turn(runs: list[list[str]], timeout: float = 1800) -> dict[int, tuple[int, str]]:
-    """{index: (exit code, output)} of ``python -m course.check *runs[index]`` for each run that finished, all of
-    them in one process (stdout and stderr together, as the learner sees them)."""
+def _check_in_turn(runs: list[list[str]], timeout: float = 1800) -> list[tuple[int | None, str]]:
+    """(exit code, output) of ``python -m course.check *run`` for each run in ``runs``, all of them in one process
+    (stdout and stderr together, as the learner sees them). A run that did not finish there (the process died on
+    it, or before it) is run again in a process of its own; its exit code is None if it does not finish there
+    either."""
     # -u: stdout and stderr unbuffered, so that each run's lines stay between its markers.
     result = subprocess.run([sys.executable, "-u", "-c", CHECK_IN_TURN, json.dumps(runs)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
@@ -1048,9 +1047,9 @@ def _check_in_turn(runs: list[list[str]], timeout: float = 1800) -> dict[int, tu
     for index, text in zip(parts[1::2], parts[2::2]):
         if exit_code := re.search(rf"^@@exit {index} (\d+)@@$", text, re.MULTILINE):
             found[int(index)] = (int(exit_code[1]), text[: exit_code.start()])
-    if not found and len(runs) == 1:
-        found[0] = (None, f"the check did not finish:\n{result.stdout}")
-    return found
+    if len(runs) == 1:
+        return [found.get(0, (None, f"the check did not finish:\n{result.stdout}"))]
+    return [found[index] if index in found else _check_in_turn([run], timeout)[0] for index, run in enumerate(runs)]
 
 
 def _plant(bug: str) -> str:
@@ -1086,13 +1085,8 @@ def _check_planted(number: int, bugs: list[str], folder: Path) -> dict[str, tupl
     # -x: only the first ✗ is compared, and a planted bug in a compiled graph (step 15) would otherwise compile that
     # changed graph afresh for the later checks (minutes).
     runs = _check_in_turn([[str(number), "--steps-dir", str(copy), "-x"] for copy in copies.values()], timeout=900)
-    for index, bug in enumerate(copies):
-        code, text = runs.get(index, (None, ""))
-        if code is not None or len(copies) == 1:
-            # The copy's folder reads as steps/, as the learner would see it.
-            found[bug] = (code, text.replace(f"{copies[bug].resolve()}/", "steps/"))
-    for bug in [bug for bug in copies if bug not in found]:
-        found |= _check_planted(number, [bug], folder / f"alone-{list(copies).index(bug)}")
+    for (bug, copy), (code, text) in zip(copies.items(), runs):
+        found[bug] = (code, text.replace(f"{copy.resolve()}/", "steps/"))  # the copy's folder reads as steps/
     return found
 
 
