@@ -12,16 +12,8 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
-
-# The references run on torch, whose OpenMP threads wait for work by spinning. Beside another busy process (a
-# browser, an editor, a second pytest worker) a spinning thread holds a core the other needs: two of
-# test_course_model's training checks side by side took 50-61 s spinning and 29-31 s with the threads asleep
-# while they wait (the book's log, "Torch's threads asleep while they wait"). Set before anything loads torch
-# (libgomp reads it once), inherited by the programs the checks start; a policy the user set is kept.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 

@@ -298,21 +298,25 @@ def test_pixi_runs_the_whole_suite_where_every_extra_is():
     assert "0.63.0" in needs and "0.62.9" not in needs, f"requires-pixi {needs}: default-environment is pixi 0.63's"
 
 
-@pytest.mark.parametrize("policy", [None, "ACTIVE"])
-def test_torchs_openmp_threads_sleep_while_they_wait_unless_the_user_says(policy):
-    """tests/conftest.py gives torch's OpenMP (libgomp) the PASSIVE wait policy before torch loads: a waiting
-    thread spins 0 times before it sleeps, not libgomp's default 300,000, so that the references' threads leave the
-    core to another process; a policy the user set is kept. Read from libgomp itself (OMP_DISPLAY_ENV), in a check
-    process that loads torch"""
+@pytest.mark.parametrize("entry, policy", [("pytest", None), ("pytest", "ACTIVE"), ("course.check", None)])
+def test_openmp_threads_sleep_while_they_wait_in_a_check_unless_the_user_says(entry, policy):
+    """course/check/__init__.py gives every OpenMP library a check process loads (torch's libgomp, and the one MAX's
+    imports bring) the PASSIVE wait policy: a waiting thread spins 0 times before it sleeps, not libgomp's default
+    300,000, so that the references' threads leave the core to another process; a policy the user set is kept.
+    Read from libgomp itself (OMP_DISPLAY_ENV), in a check that loads torch, through pytest and through the
+    learner's `python -m course.check` (its -s shows what libgomp prints while a check runs)"""
     env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
     env |= {"OMP_DISPLAY_ENV": "verbose", **({"OMP_WAIT_POLICY": policy} if policy else {})}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                             "tests/test_reference.py::test_conv1d_weights_are_transposed"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    command = {"pytest": ["pytest", "-q", "-s", "-p", "no:cacheprovider",
+                          "tests/test_step_04_mlp.py::test_matches_gpt2_mlp[small]"],
+               "course.check": ["course.check", "4", "--target", "solutions", "-s", "-k", "small"]}[entry]
+    result = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    spins = {int(count) for count in re.findall(r"GOMP_SPINCOUNT = '(\d+)'", output)}
-    assert spins, f"libgomp said nothing of its spin count (OMP_DISPLAY_ENV=verbose):\n{output[-2000:]}"
+    spins = [int(count) for count in re.findall(r"GOMP_SPINCOUNT = '(\d+)'", output)]
+    assert len(spins) >= 2, f"{len(spins)} OpenMP libraries said their spin count (torch's and MAX's imports' " \
+        f"expected; OMP_DISPLAY_ENV=verbose):\n{output[-2000:]}"
     expected = (lambda n: n > 0) if policy == "ACTIVE" else (lambda n: n == 0)
-    assert all(map(expected, spins)), f"libgomp's threads spin {sorted(spins)} times before they sleep, " \
+    assert all(map(expected, spins)), f"through {entry}, libgomp's threads spin {spins} times before they sleep, " \
         f"with OMP_WAIT_POLICY {'set to ' + policy if policy else 'left to the checks'}"
