@@ -300,11 +300,12 @@ def test_pixi_runs_the_whole_suite_where_every_extra_is():
 
 @pytest.mark.parametrize("entry, policy", [("pytest", None), ("pytest", "ACTIVE"), ("course.check", None)])
 def test_openmp_threads_sleep_while_they_wait_in_a_check_unless_the_user_says(entry, policy):
-    """course/check/__init__.py gives every OpenMP library a check process loads (torch's libgomp, and the one MAX's
-    imports bring) the PASSIVE wait policy: a waiting thread spins 0 times before it sleeps, not libgomp's default
-    300,000, so that the references' threads leave the core to another process; a policy the user set is kept.
-    Read from libgomp itself (OMP_DISPLAY_ENV), in a check that loads torch, through pytest and through the
-    learner's `python -m course.check` (its -s shows what libgomp prints while a check runs)"""
+    """course/check/__init__.py gives every OpenMP library a check process loads (torch's libgomp, and with the
+    `serve` extra, sentencepiece's, which MAX's imports load first) the PASSIVE wait policy: a waiting thread spins 0
+    times before it sleeps, not libgomp's default 300,000, so that the references' threads leave the core to another
+    process; a policy the user set is kept. Read from each libgomp itself (OMP_DISPLAY_ENV), in a check that loads
+    torch, through pytest and through the learner's `python -m course.check` (its -s shows what libgomp prints while
+    a check runs). How many there are depends on the extras installed (one without `serve`), so every one counts"""
     env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
     env |= {"OMP_DISPLAY_ENV": "verbose", **({"OMP_WAIT_POLICY": policy} if policy else {})}
     command = {"pytest": ["pytest", "-q", "-s", "-p", "no:cacheprovider",
@@ -315,8 +316,8 @@ def test_openmp_threads_sleep_while_they_wait_in_a_check_unless_the_user_says(en
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     spins = [int(count) for count in re.findall(r"GOMP_SPINCOUNT = '(\d+)'", output)]
-    assert len(spins) >= 2, f"{len(spins)} OpenMP libraries said their spin count (torch's and MAX's imports' " \
-        f"expected; OMP_DISPLAY_ENV=verbose):\n{output[-2000:]}"
+    assert spins, f"no OpenMP library said its spin count (torch's at least expected; OMP_DISPLAY_ENV=verbose):\n" \
+        f"{output[-2000:]}"
     expected = (lambda n: n > 0) if policy == "ACTIVE" else (lambda n: n == 0)
     assert all(map(expected, spins)), f"through {entry}, libgomp's threads spin {spins} times before they sleep, " \
         f"with OMP_WAIT_POLICY {'set to ' + policy if policy else 'left to the checks'}"
